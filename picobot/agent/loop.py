@@ -1,0 +1,198 @@
+"""AgentLoop: call the model, run the tools it asks for, repeat until it answers.
+
+Stateless across turns: it gets the prepared history and returns the new messages.
+Steering input is drained at safe boundaries (after a complete tool batch, and at a
+final answer) and injected as real user messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from picobot.agent.snapshot import TurnController
+from picobot.agent.stream import pump
+from picobot.domain.messages import ChatMessage, ToolCall, Usage, text_of
+from picobot.errors import ContextLengthExceeded, ProviderError, TurnCancelled
+from picobot.providers.base import ChatRequest, Completed, Provider, ReasoningDelta, TextDelta, ToolCallDelta
+from picobot.tools.base import ToolContext, ToolResult
+from picobot.tools.registry import ToolRegistry
+
+log = logging.getLogger("picobot.agent")
+
+CANCELLED_TOOL_TEXT = "[cancelled] The user stopped the turn before this tool finished."
+
+SteerSource = Callable[[], list[ChatMessage]]
+
+
+@dataclass
+class LoopSettings:
+    model: str
+    temperature: float | None = None
+    max_tokens: int | None = None
+    options: dict = field(default_factory=dict)
+    max_tool_iterations: int = 100
+    tool_result_max_chars: int = 20000
+    context_tool_result_trim_chars: int = 2000
+    idle_timeout_secs: float = 120.0
+
+
+@dataclass
+class LoopResult:
+    messages: list[ChatMessage]  # new messages of this turn, in true order
+    usage: Usage
+    last_input_tokens: int = 0
+    status: str = "completed"  # completed | cancelled | failed
+    error: str | None = None
+
+    @property
+    def final_text(self) -> str:
+        for m in reversed(self.messages):
+            if m.role == "assistant" and not m.tool_calls:
+                return text_of(m.content)
+        return ""
+
+
+class AgentLoop:
+    def __init__(self, provider: Provider, tools: ToolRegistry, settings: LoopSettings):
+        self.provider = provider
+        self.tools = tools
+        self.settings = settings
+
+    def run(self, history: list[ChatMessage], new: list[ChatMessage], ctx: ToolContext,
+            controller: TurnController, steer: SteerSource) -> LoopResult:
+        result = LoopResult(messages=new, usage=Usage())
+        try:
+            self._loop(history, result, ctx, controller, steer)
+        except _CancelledWithResults as exc:
+            result.messages.extend(exc.results)
+            result.status = "cancelled"
+        except TurnCancelled:
+            result.status = "cancelled"
+        except ProviderError as exc:
+            result.status = "failed"
+            result.error = _provider_error_text(exc)
+            log.warning("turn %s failed: %s", controller.turn_id, result.error)
+        return result
+
+    def _loop(self, history: list[ChatMessage], result: LoopResult, ctx: ToolContext,
+              controller: TurnController, steer: SteerSource) -> None:
+        s = self.settings
+        for _round in range(s.max_tool_iterations + 1):
+            ctx.cancel.raise_if_cancelled()
+            result.messages.extend(steer())
+            assistant = self._call_model(history, result, ctx, controller)
+            result.messages.append(assistant)
+            if not assistant.tool_calls:
+                late = steer()  # input that arrived while the model answered gets its own reply
+                if not late:
+                    return
+                result.messages.extend(late)
+                continue
+            if _round == s.max_tool_iterations:
+                break
+            result.messages.extend(self._run_tools(assistant.tool_calls, ctx, controller))
+        note = f"I stopped after {s.max_tool_iterations} rounds of tool calls without reaching a final answer."
+        # the last assistant message asked for tools we did not run: answer them so the chain stays whole
+        for call in result.messages[-1].tool_calls:
+            result.messages.append(ChatMessage(role="tool", content="[not run] tool round limit reached",
+                                               tool_call_id=call.id, name=call.name, is_error=True))
+        result.messages.append(ChatMessage(role="assistant", content=note))
+        controller.text(note)
+
+    def _call_model(self, history: list[ChatMessage], result: LoopResult, ctx: ToolContext,
+                    controller: TurnController) -> ChatMessage:
+        messages = history + result.messages
+        try:
+            return self._stream_once(messages, result, ctx, controller)
+        except ContextLengthExceeded:
+            trimmed = trim_tool_results(messages, self.settings.context_tool_result_trim_chars)
+            if trimmed == messages:
+                raise
+            log.info("context too long; retrying with tool results trimmed")
+            return self._stream_once(trimmed, result, ctx, controller)
+
+    def _stream_once(self, messages: list[ChatMessage], result: LoopResult, ctx: ToolContext,
+                     controller: TurnController) -> ChatMessage:
+        s = self.settings
+        request = ChatRequest(model=s.model, messages=messages, tools=self.tools.specs(),
+                              temperature=s.temperature, max_tokens=s.max_tokens, options=dict(s.options))
+        controller.model_call_started()
+        stream = self.provider.stream(request)
+        for event in pump(stream, ctx.cancel, s.idle_timeout_secs):
+            if isinstance(event, TextDelta):
+                controller.text(event.text)
+            elif isinstance(event, ReasoningDelta):
+                controller.reasoning(event.text)
+            elif isinstance(event, ToolCallDelta):
+                controller.tool_call_streaming(event.index, event.id, event.name, event.arguments)
+            elif isinstance(event, Completed):
+                result.usage = result.usage + event.usage
+                result.last_input_tokens = event.usage.input_tokens or result.last_input_tokens
+                return event.message
+        raise ProviderError("the model's stream ended without a complete message")
+
+    def _run_tools(self, calls: list[ToolCall], ctx: ToolContext, controller: TurnController) -> list[ChatMessage]:
+        """Run one batch concurrently; results come back in the order of the calls."""
+        results: dict[str, ToolResult] = {}
+        done = threading.Event()
+        remaining = [len(calls)]
+        lock = threading.Lock()
+
+        def run(call: ToolCall) -> None:
+            try:
+                res = self.tools.execute(call, ctx, self.settings.tool_result_max_chars)
+            except TurnCancelled:
+                res = ToolResult(CANCELLED_TOOL_TEXT, is_error=True)
+            except Exception as exc:  # the registry already turns tool failures into results
+                log.exception("tool %s crashed", call.name)
+                res = ToolResult(f"Tool {call.name} failed: {type(exc).__name__}", is_error=True)
+            with lock:
+                results[call.id] = res
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    done.set()
+            controller.tool_finished(call, res.content, res.is_error)
+
+        for call in calls:
+            controller.tool_started(call)
+            threading.Thread(target=run, args=(call,), name=f"tool-{call.name}", daemon=True).start()
+        unregister = ctx.cancel.on_cancel(done.set)
+        try:
+            done.wait()
+        finally:
+            unregister()
+        out = []
+        with lock:
+            for call in calls:
+                res = results.get(call.id) or ToolResult(CANCELLED_TOOL_TEXT, is_error=True)
+                out.append(ChatMessage(role="tool", content=res.content, tool_call_id=call.id,
+                                       name=call.name, is_error=res.is_error))
+        if ctx.cancel.cancelled:
+            # keep the chain whole in what we store, then stop
+            raise _CancelledWithResults(out)
+        return out
+
+
+class _CancelledWithResults(TurnCancelled):
+    def __init__(self, results: list[ChatMessage]):
+        super().__init__("stopped")
+        self.results = results
+
+
+def trim_tool_results(messages: list[ChatMessage], limit: int) -> list[ChatMessage]:
+    out = []
+    for m in messages:
+        if m.role == "tool" and isinstance(m.content, str) and len(m.content) > limit:
+            cut = len(m.content) - limit
+            m = ChatMessage(**{**m.__dict__, "content": m.content[:limit] + f"\n[... {cut} characters trimmed]"})
+        out.append(m)
+    return out
+
+
+def _provider_error_text(exc: ProviderError) -> str:
+    if isinstance(exc, ContextLengthExceeded):
+        return "The conversation no longer fits the model's context window. Start a new dialog with /new."
+    return f"The model provider failed: {exc}"

@@ -1,0 +1,119 @@
+"""TurnController: reduces a turn's events into full TurnSnapshots (ordered blocks, monotonic revision)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from picobot.domain.messages import ToolCall, text_of
+
+Listener = Callable[[], None]  # told that a new revision exists; pulls snapshot() when it wants
+
+
+class TurnController:
+    """The single owner of an active turn's visible state. Thread-safe."""
+
+    def __init__(self, session_id: str, turn_id: str, listener: Listener | None = None,
+                 show_tool_results: bool = True, result_preview_chars: int = 2000):
+        self.session_id = session_id
+        self.turn_id = turn_id
+        self.blocks: list[dict[str, Any]] = []
+        self.revision = 0
+        self.status = "running"
+        self.inbound_seqs: list[int] = []
+        self._listener = listener
+        self._show_results = show_tool_results
+        self._preview = result_preview_chars
+        self._lock = threading.RLock()
+        self._streaming_tools: dict[int, dict[str, Any]] = {}
+
+    # --- events ----------------------------------------------------------------------
+
+    def user(self, seq: int, content: Any) -> None:
+        with self._lock:
+            self.inbound_seqs.append(seq)
+            self.blocks.append({"type": "user", "seq": seq, "text": text_of(content)})
+            self._bump()
+
+    def reasoning(self, text: str) -> None:
+        self._append_text("reasoning", text)
+
+    def text(self, text: str) -> None:
+        self._append_text("text", text)
+
+    def model_call_started(self) -> None:
+        with self._lock:
+            self._streaming_tools = {}
+
+    def tool_call_streaming(self, index: int, call_id: str | None, name: str | None, arguments: str) -> None:
+        with self._lock:
+            block = self._streaming_tools.get(index)
+            if block is None:
+                block = {"type": "tool", "id": call_id or "", "name": name or "", "arguments": "", "status": "pending"}
+                self._streaming_tools[index] = block
+                self.blocks.append(block)
+            if call_id:
+                block["id"] = call_id
+            if name:
+                block["name"] = name
+            block["arguments"] += arguments
+            self._bump()
+
+    def tool_started(self, call: ToolCall) -> None:
+        with self._lock:
+            block = self._find_tool(call.id)
+            if block is None:
+                block = {"type": "tool", "id": call.id, "name": call.name, "arguments": call.arguments}
+                self.blocks.append(block)
+            block.update(status="running", arguments=call.arguments, name=call.name)
+            self._bump()
+
+    def tool_finished(self, call: ToolCall, result: str, is_error: bool) -> None:
+        with self._lock:
+            block = self._find_tool(call.id)
+            if block is None:
+                block = {"type": "tool", "id": call.id, "name": call.name, "arguments": call.arguments}
+                self.blocks.append(block)
+            block["status"] = "error" if is_error else "done"
+            if self._show_results or is_error:
+                block["result"] = result[: self._preview]
+            self._bump()
+
+    def finish(self, status: str) -> None:
+        with self._lock:
+            self.status = status
+            self._bump()
+
+    # --- state -----------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {
+            "type": "turn_updated", "session_id": self.session_id, "turn_id": self.turn_id,
+            "revision": self.revision, "status": self.status, "inbound_seqs": list(self.inbound_seqs),
+            "blocks": [dict(b) for b in self.blocks],
+        }
+
+    def _append_text(self, kind: str, text: str) -> None:
+        if not text:
+            return
+        with self._lock:
+            if self.blocks and self.blocks[-1]["type"] == kind:
+                self.blocks[-1]["text"] += text
+            else:
+                self.blocks.append({"type": kind, "text": text})
+            self._bump()
+
+    def _find_tool(self, call_id: str) -> dict[str, Any] | None:
+        for block in reversed(self.blocks):
+            if block["type"] == "tool" and block.get("id") == call_id:
+                return block
+        return None
+
+    def _bump(self) -> None:
+        self.revision += 1
+        if self._listener is not None:
+            self._listener()

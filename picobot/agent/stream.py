@@ -1,0 +1,59 @@
+"""Consume a provider stream on a helper thread so /stop can abandon it at once."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Iterator
+
+from picobot.domain.cancel import CancelToken
+from picobot.errors import ProviderUnavailable, TurnCancelled
+from picobot.providers.base import ProviderEvent, ProviderStream
+
+_END = object()
+
+
+def pump(stream: ProviderStream, cancel: CancelToken, idle_timeout: float) -> Iterator[ProviderEvent]:
+    """Yield the stream's events; raise TurnCancelled within ~50 ms of cancel, even mid-read."""
+    q: queue.Queue[object] = queue.Queue()
+
+    def reader() -> None:
+        try:
+            for event in stream:
+                q.put(event)
+                if cancel.cancelled:
+                    break
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer below
+            q.put(exc)
+        q.put(_END)
+
+    threading.Thread(target=reader, name="provider-stream", daemon=True).start()
+    def on_cancel() -> None:
+        q.put(_END)  # wake the consumer at once, even if close() cannot interrupt the read
+        _close_quietly(stream)
+
+    unregister = cancel.on_cancel(on_cancel)
+    try:
+        while True:
+            try:
+                item = q.get(timeout=idle_timeout)
+            except queue.Empty:
+                raise ProviderUnavailable(f"the model sent nothing for {idle_timeout:.0f} s") from None
+            if cancel.cancelled:
+                raise TurnCancelled(cancel.reason)
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        unregister()
+        if cancel.cancelled:
+            _close_quietly(stream)
+
+
+def _close_quietly(stream: ProviderStream) -> None:
+    try:
+        stream.close()
+    except Exception:
+        pass

@@ -1,0 +1,151 @@
+"""Command lines of PicoBot's processes, and `picobot up`, which runs them all on one machine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from picobot.config import Config
+
+
+def web_argv(config: Config, bind: str | None = None, threads: int = 1100) -> list[str]:
+    bind = bind or f"{config.gateway.host}:{config.gateway.port}"
+    return [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "1", "--threads", str(threads),
+            "--timeout", "120", "--graceful-timeout", "10", "-b", bind, "web.app:create_app()"]
+
+
+def worker_argv(concurrency: int = 200, queues: str = "turns,maintenance", name: str | None = None) -> list[str]:
+    argv = [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-P", "threads", "-c", str(concurrency),
+            "-Q", queues, "-E", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
+    if name:
+        argv += ["-n", name]
+    return argv
+
+
+def beat_argv() -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "worker.app", "beat", "-S", "redbeat.RedBeatScheduler",
+            "--loglevel", "INFO"]
+
+
+def flower_argv(port: int = 5555) -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "worker.app", "flower", f"--port={port}", "--address=127.0.0.1"]
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    proc: subprocess.Popen | None = None
+    restarts: list[float] = field(default_factory=list)
+
+    def start(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(self.argv, env=env, start_new_session=True)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+class Supervisor:
+    """Starts children, restarts one that dies (beat exits by design when it loses its lock)."""
+
+    def __init__(self, children: list[Child], env: dict[str, str]):
+        self.children = children
+        self.env = env
+        self._stopping = False
+
+    def run(self) -> int:
+        for child in self.children:
+            child.start(self.env)
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        try:
+            while not self._stopping:
+                for child in self.children:
+                    if child.proc is not None and child.proc.poll() is not None and not self._stopping:
+                        code = child.proc.returncode
+                        now = time.monotonic()
+                        child.restarts = [t for t in child.restarts if now - t < 60] + [now]
+                        if len(child.restarts) > 5:
+                            print(f"picobot: {child.name} keeps exiting (code {code}); stopping.", file=sys.stderr)
+                            self._stopping = True
+                            break
+                        print(f"picobot: {child.name} exited with code {code}; restarting.", file=sys.stderr)
+                        child.start(self.env)
+                time.sleep(0.5)
+        finally:
+            self.shutdown()
+        return 0
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._stopping = True
+
+    def shutdown(self, grace: float = 10.0) -> None:
+        # web first (stop taking input), then beat, then the worker finishes its turns
+        for child in self.children:
+            child.stop(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for child in self.children:
+            if child.proc is None:
+                continue
+            try:
+                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.stop(signal.SIGKILL)
+                child.proc.wait()
+
+
+def up(config: Config, with_flower: bool = False) -> int:
+    from picobot.cli.embedded_redis import choose_redis
+    from picobot.storage.db import Database
+
+    try:
+        redis_url, redis_proc = choose_redis(config.redis_url, config.home / "redis")
+    except RuntimeError as exc:
+        print(f"picobot: {exc}", file=sys.stderr)
+        return 1
+    Database(config.database_url).migrate()
+    env = dict(os.environ, REDIS_URL=redis_url, PICOBOT_HOME=str(config.home))
+    children = [Child("web", web_argv(config)), Child("worker", worker_argv()), Child("beat", beat_argv())]
+    if with_flower:
+        children.append(Child("flower", flower_argv()))
+    host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
+    where = "embedded Redis" if redis_proc else "Redis"
+    print(f"PicoBot is starting: http://{host}:{config.gateway.port}/  (WebSocket /ws, health /health)")
+    print(f"  {where}: {redis_url}\n  database: {_safe_db(config.database_url)}\n"
+          f"  chat from a terminal: picobot chat    stop: Ctrl-C", flush=True)
+    try:
+        return Supervisor(children, env).run()
+    finally:
+        if redis_proc is not None:
+            redis_proc.terminate()
+            try:
+                redis_proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                redis_proc.kill()
+
+
+def _safe_db(url: str) -> str:
+    if "@" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
+
+
+def exec_argv(argv: list[str], env: dict[str, str] | None = None) -> int:
+    """Replace this process with argv (signals go straight to it)."""
+    os.execve(argv[0], argv, env or dict(os.environ))
+    return 0  # not reached
+
+
+def ensure_path(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p

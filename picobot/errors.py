@@ -1,0 +1,83 @@
+"""One error hierarchy for PicoBot.
+
+    PicoBotError
+    ├── ConfigError            bad or missing configuration (carries the key path)
+    ├── ProviderError          an LLM call failed
+    │   ├── ProviderRateLimited      429, retryable
+    │   ├── ProviderUnavailable      5xx, timeouts, dropped streams, retryable
+    │   ├── ProviderAuthError        401/403, not retryable
+    │   ├── ProviderBadRequest       other 4xx, not retryable
+    │   └── ContextLengthExceeded    the prompt does not fit the model's window
+    ├── ToolError              a tool failed; its text is shown to the model
+    │   └── ToolArgumentsError       arguments failed JSON parsing or schema validation
+    ├── InputRejected          bad user input at the edge (oversize, malformed frame, ...)
+    ├── StorageError           the database failed
+    └── TurnCancelled          /stop cancelled the running turn
+
+Errors become user-facing text only at the edges (HTTP/WebSocket handlers, tasks, CLI).
+Messages never contain secrets: providers redact keys before raising.
+"""
+
+from __future__ import annotations
+
+
+class PicoBotError(Exception):
+    """Base of every error PicoBot raises on purpose."""
+
+
+class ConfigError(PicoBotError):
+    def __init__(self, key_path: str, reason: str):
+        self.key_path = key_path
+        self.reason = reason
+        super().__init__(f"config error at {key_path or '<root>'}: {reason}")
+
+
+class ProviderError(PicoBotError):
+    retryable = False
+
+    def __init__(self, message: str, *, status: int | None = None, provider: str = ""):
+        self.status = status
+        self.provider = provider
+        super().__init__(message)
+
+
+class ProviderRateLimited(ProviderError):
+    retryable = True
+
+
+class ProviderUnavailable(ProviderError):
+    retryable = True
+
+
+class ProviderAuthError(ProviderError):
+    pass
+
+
+class ProviderBadRequest(ProviderError):
+    pass
+
+
+class ContextLengthExceeded(ProviderError):
+    pass
+
+
+class ToolError(PicoBotError):
+    """A tool failure the model can read and act on."""
+
+
+class ToolArgumentsError(ToolError):
+    pass
+
+
+class InputRejected(PicoBotError):
+    def __init__(self, code: str, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+class StorageError(PicoBotError):
+    pass
+
+
+class TurnCancelled(PicoBotError):
+    pass

@@ -1,0 +1,226 @@
+"""Slash commands, handled at the gateway without a model call."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from picobot.domain.messages import text_of
+from picobot.gateway.inbound import InboundMessage, Reply
+from picobot.runtime import control
+from picobot.runtime.health import check_health
+from picobot.storage import inbound, messages, sessions
+from picobot.storage.models import SessionRow
+
+if TYPE_CHECKING:
+    from picobot.gateway.intake import Gateway
+    from picobot.runtime.services import Runtime
+
+HELP = """Commands:
+  /new [title]          start a new dialog
+  /sessions             list this chat's dialogs
+  /switch <dialog_id>   switch to a dialog (also /use)
+  /rename <title>       rename the current dialog
+  /archive              archive the current dialog
+  /delete               delete the current dialog
+  /info [--json]        dialog, token totals and context-window use
+  /dump                 the current dialog as Markdown
+  /health               check PicoBot's dependencies
+  /queue <message>      run the message after the current turn
+  /stop                 stop the current turn and clear waiting input
+  /help, /?             this help"""
+
+
+@dataclass
+class CommandContext:
+    rt: "Runtime"
+    gateway: "Gateway"
+    msg: InboundMessage
+
+
+Handler = Callable[[CommandContext, str], Reply]
+
+
+def is_command(text: str) -> bool:
+    stripped = text.lstrip()
+    return stripped.startswith("/") and not stripped.startswith("//")
+
+
+def handle_command(ctx: CommandContext, text: str) -> Reply:
+    name, _, arg = text.partition(" ")
+    handler = COMMANDS.get(name.lower())
+    if handler is None:
+        return Reply("command", code="unknown_command", text=f"Unknown command {name}.\n\n{HELP}",
+                     data={"command": name})
+    reply = handler(ctx, arg.strip())
+    if reply.data is None:
+        reply.data = {}
+    reply.data.setdefault("command", name.lower())
+    return reply
+
+
+def _current(ctx: CommandContext, s) -> SessionRow:  # type: ignore[no-untyped-def]
+    return sessions.get_or_create_current(s, ctx.msg.channel, ctx.msg.chat_id)
+
+
+def _describe(row: SessionRow) -> dict:
+    return {"session_id": row.id, "dialog_id": row.dialog_id, "title": row.title,
+            "archived": row.archived_at is not None, "updated_at": row.updated_at}
+
+
+def cmd_new(ctx: CommandContext, arg: str) -> Reply:
+    with ctx.rt.db.write() as s:
+        row = sessions.create(s, ctx.msg.channel, ctx.msg.chat_id, title=arg[:256])
+        info = _describe(row)
+    return Reply("command", session_id=info["session_id"], session_changed=True, data=info,
+                 text=f"New dialog {info['dialog_id']}" + (f": {arg}" if arg else "") + ".")
+
+
+def cmd_sessions(ctx: CommandContext, arg: str) -> Reply:
+    with ctx.rt.db.write() as s:
+        current = _current(ctx, s)
+        rows = sessions.list_for_chat(s, ctx.msg.channel, ctx.msg.chat_id, include_archived="--all" in arg)
+        items = [{**_describe(r), "current": r.id == current.id} for r in rows]
+    lines = [f"{'*' if i['current'] else ' '} {i['dialog_id']:<12} {i['title'] or '(untitled)'}"
+             + (" [archived]" if i["archived"] else "") for i in items]
+    return Reply("command", session_id=current.id, data={"sessions": items},
+                 text="Dialogs (* = current):\n" + "\n".join(lines))
+
+
+def cmd_switch(ctx: CommandContext, arg: str) -> Reply:
+    if not arg:
+        return Reply("command", code="usage", text="Usage: /switch <dialog_id> (see /sessions)")
+    with ctx.rt.db.write() as s:
+        row = sessions.switch(s, ctx.msg.channel, ctx.msg.chat_id, arg)
+        if row is None:
+            return Reply("command", code="not_found", text=f"No dialog {arg!r} in this chat (see /sessions).")
+        info = _describe(row)
+    return Reply("command", session_id=info["session_id"], session_changed=True, data=info,
+                 text=f"Switched to {arg}" + (f": {info['title']}" if info["title"] else "") + ".")
+
+
+def cmd_rename(ctx: CommandContext, arg: str) -> Reply:
+    if not arg:
+        return Reply("command", code="usage", text="Usage: /rename <title>")
+    with ctx.rt.db.write() as s:
+        row = _current(ctx, s)
+        sessions.rename(s, row, arg[:256])
+        info = _describe(row)
+    return Reply("command", session_id=info["session_id"], data=info, text=f"Renamed to {arg[:256]}.")
+
+
+def _leave(ctx: CommandContext, action: Callable, verb: str) -> Reply:
+    with ctx.rt.db.write() as s:
+        row = _current(ctx, s)
+        old = row.dialog_id
+        action(s, row)
+        inbound.cancel_pending(s, row.id)
+        nxt = sessions.current(s, ctx.msg.channel, ctx.msg.chat_id) or sessions.create(s, ctx.msg.channel, ctx.msg.chat_id)
+        sessions.set_current(s, nxt)
+        info = _describe(nxt)
+        old_id = row.id
+    control.request_stop(ctx.rt.redis, old_id)
+    return Reply("command", session_id=info["session_id"], session_changed=True, data=info,
+                 text=f"{verb} {old}. Now in {info['dialog_id']}.")
+
+
+def cmd_archive(ctx: CommandContext, arg: str) -> Reply:
+    return _leave(ctx, sessions.archive, "Archived")
+
+
+def cmd_delete(ctx: CommandContext, arg: str) -> Reply:
+    return _leave(ctx, sessions.delete, "Deleted")
+
+
+def session_info(rt: "Runtime", row: SessionRow, message_count: int) -> dict:
+    try:
+        window = rt.config.agent(row.agent).model.context_window_tokens
+    except Exception:
+        window = 128000
+    used = row.last_input_tokens or 0
+    return {
+        **{k: v for k, v in _describe(row).items()}, "messages": message_count,
+        "input_tokens": row.input_tokens, "output_tokens": row.output_tokens,
+        "context_tokens": used, "context_window_tokens": window,
+        "context_used_pct": round(100 * used / window, 1) if window else 0.0,
+    }
+
+
+def cmd_info(ctx: CommandContext, arg: str) -> Reply:
+    with ctx.rt.db.write() as s:
+        row = _current(ctx, s)
+        info = session_info(ctx.rt, row, messages.count(s, row.id))
+    if "--json" in arg:
+        return Reply("command", session_id=info["session_id"], data=info, text=json.dumps(info, indent=2))
+    text = (f"Dialog {info['dialog_id']} ({info['title'] or 'untitled'}) — {info['session_id']}\n"
+            f"Messages: {info['messages']}\n"
+            f"Tokens: {info['input_tokens']} in / {info['output_tokens']} out\n"
+            f"Context window: {info['context_tokens']} / {info['context_window_tokens']} "
+            f"({info['context_used_pct']}%)")
+    return Reply("command", session_id=info["session_id"], data=info, text=text)
+
+
+def dump_markdown(row: SessionRow, rows: list) -> str:
+    out = [f"# {row.title or row.dialog_id}", "", f"Session `{row.id}`", ""]
+    for m in rows:
+        if m.role == "system":
+            continue
+        if m.role == "tool":
+            out += [f"**tool result** `{m.name}`:", "", "```", text_of(m.content)[:4000], "```", ""]
+            continue
+        if m.content:
+            out += [f"**{m.role}**:", "", text_of(m.content), ""]
+        for call in m.tool_calls or []:
+            out += [f"**tool call** `{call['name']}` `{call['arguments']}`", ""]
+    return "\n".join(out)
+
+
+def cmd_dump(ctx: CommandContext, arg: str) -> Reply:
+    with ctx.rt.db.write() as s:
+        row = _current(ctx, s)
+        md = dump_markdown(row, messages.load_rows(s, row.id))
+        sid, dialog = row.id, row.dialog_id
+    path = ctx.rt.config.home / "dumps" / f"{ctx.msg.channel}_{ctx.msg.chat_id}_{dialog}_{int(time.time())}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(md, encoding="utf-8")
+    return Reply("command", session_id=sid, data={"markdown": md, "path": str(path)},
+                 text=f"{md}\n\n(saved to {path.name} in the dumps folder)")
+
+
+def cmd_help(ctx: CommandContext, arg: str) -> Reply:
+    return Reply("command", text=HELP)
+
+
+def cmd_health(ctx: CommandContext, arg: str) -> Reply:
+    report = check_health(ctx.rt)
+    lines = [f"{'ok ' if v['ok'] else 'BAD'} {k}: {v.get('detail', '')}" for k, v in report["checks"].items()]
+    return Reply("command", data=report, text=f"PicoBot is {report['status']}\n" + "\n".join(lines))
+
+
+def cmd_queue(ctx: CommandContext, arg: str) -> Reply:
+    if not arg:
+        return Reply("command", code="usage", text="Usage: /queue <message>")
+    msg = InboundMessage(ctx.msg.channel, ctx.msg.chat_id, ctx.msg.sender_id, arg,
+                         ctx.msg.platform_message_id, mode="queue")
+    return ctx.gateway.submit(msg) if not is_command(arg) else Reply(
+        "command", code="usage", text="/queue takes a message, not a command.")
+
+
+def cmd_stop(ctx: CommandContext, arg: str) -> Reply:
+    with ctx.rt.db.write() as s:
+        row = _current(ctx, s)
+        cleared = inbound.cancel_pending(s, row.id)
+        sid = row.id
+    control.request_stop(ctx.rt.redis, sid)
+    return Reply("command", session_id=sid, data={"cleared": cleared},
+                 text=f"Stopping the current turn; cleared {cleared} waiting message(s).")
+
+
+COMMANDS: dict[str, Handler] = {
+    "/new": cmd_new, "/sessions": cmd_sessions, "/switch": cmd_switch, "/use": cmd_switch,
+    "/rename": cmd_rename, "/archive": cmd_archive, "/delete": cmd_delete, "/info": cmd_info,
+    "/dump": cmd_dump, "/help": cmd_help, "/?": cmd_help, "/health": cmd_health, "/queue": cmd_queue,
+    "/stop": cmd_stop,
+}

@@ -1,0 +1,49 @@
+"""InboundMessage: what every channel adapter turns a platform event into."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from picobot.domain.messages import Content, text_of
+
+
+@dataclass
+class InboundMessage:
+    channel: str
+    chat_id: str
+    sender_id: str
+    content: Content
+    platform_message_id: str | None = None
+    mode: str = "steer"  # "steer" (default) or "queue"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return text_of(self.content)
+
+
+@dataclass
+class Reply:
+    """The gateway's answer to one input."""
+
+    kind: str  # "accepted" | "rejected" | "command"
+    session_id: str | None = None
+    seq: int | None = None
+    fate: str | None = None  # started | steered | queued | rejected
+    code: str | None = None
+    text: str = ""
+    data: dict[str, Any] | None = None
+    session_changed: bool = False
+
+    def to_frame(self) -> dict[str, Any]:
+        frame: dict[str, Any] = {"type": self.kind}
+        for key in ("session_id", "seq", "fate", "code", "data"):
+            value = getattr(self, key)
+            if value is not None:
+                frame[key] = value
+        if self.kind == "rejected":
+            frame["error"] = self.text
+        elif self.text:
+            frame["text"] = self.text
+        return frame

@@ -1,0 +1,48 @@
+"""Logging with secrets redacted from every record, whoever logs it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from picobot.config import Config
+from picobot.config.secrets import redact, secret_values
+
+
+class RedactingFilter(logging.Filter):
+    def __init__(self, secrets: set[str]):
+        super().__init__()
+        self.secrets = secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True
+        clean = redact(message, self.secrets)
+        if clean != message or record.exc_info:
+            if record.exc_info:
+                record.exc_text = redact(logging.Formatter().formatException(record.exc_info), self.secrets)
+                record.exc_info = None
+            record.msg, record.args = clean, None
+        return True
+
+
+def setup_logging(config: Config, level: str | None = None) -> None:
+    """Root handler to stderr with the redacting filter on it (handlers see every logger's records)."""
+    level = level or os.environ.get("PICOBOT_LOG_LEVEL", "INFO")
+    root = logging.getLogger()
+    secrets = secret_values(config)
+    for handler in root.handlers:
+        if getattr(handler, "_picobot", False):
+            handler.filters = [RedactingFilter(secrets)]
+            return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter(secrets))
+    handler._picobot = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for noisy in ("httpx", "httpcore", "openai", "anthropic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,68 @@
+"""Read-only dependency checks shared by GET /health, /health and `picobot health`."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from picobot.runtime import keys
+
+if TYPE_CHECKING:
+    from picobot.runtime.services import Runtime
+
+REDBEAT_LOCK_KEY = "redbeat::lock"
+
+
+def _check(fn) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    try:
+        return fn()
+    except Exception as exc:  # a failing dependency is a result here, not an error
+        return {"ok": False, "detail": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def check_health(rt: "Runtime") -> dict[str, Any]:
+    checks = {
+        "database": _check(lambda: _database(rt)),
+        "redis": _check(lambda: _redis(rt)),
+        "workers": _check(lambda: _workers(rt)),
+        "beat": _check(lambda: _beat(rt)),
+        "provider": _check(lambda: _provider(rt)),
+    }
+    ok = all(c["ok"] for c in checks.values())
+    return {"status": "ok" if ok else "degraded", "checks": checks, "time": time.time()}
+
+
+def _database(rt: "Runtime") -> dict[str, Any]:
+    rt.db.ping()
+    kind = "sqlite" if rt.db.is_sqlite else rt.db.engine.dialect.name
+    return {"ok": True, "detail": kind}
+
+
+def _redis(rt: "Runtime") -> dict[str, Any]:
+    started = time.perf_counter()
+    rt.redis.ping()
+    return {"ok": True, "detail": f"ping {1000 * (time.perf_counter() - started):.1f} ms"}
+
+
+def _workers(rt: "Runtime") -> dict[str, Any]:
+    names = sorted(k[len(keys.WORKER_PREFIX):] for k in rt.redis.scan_iter(match=keys.WORKER_PREFIX + "*", count=100))
+    return {"ok": bool(names), "alive": names,
+            "detail": f"{len(names)} alive" if names else "no worker is running (start `picobot worker`)"}
+
+
+def _beat(rt: "Runtime") -> dict[str, Any]:
+    lock = rt.redis.exists(REDBEAT_LOCK_KEY)
+    last = rt.redis.get(keys.SWEEP_LAST)
+    age = time.time() - float(last) if last else None
+    fresh = age is not None and age < 3 * rt.config.gateway.sweep_interval_secs + 10
+    detail = f"last sweep {age:.0f} s ago" if age is not None else "no sweep yet"
+    return {"ok": bool(lock) or fresh, "detail": detail if (lock or fresh) else f"beat is not running ({detail})"}
+
+
+def _provider(rt: "Runtime") -> dict[str, Any]:
+    if not rt.config.provider_configured():
+        return {"ok": False, "configured": False,
+                "detail": "no LLM provider configured: set OPENAI_API_KEY/OPENAI_BASE_URL or ANTHROPIC_API_KEY"}
+    resolved = rt.config.agent("default")
+    return {"ok": True, "configured": True,
+            "detail": f"{resolved.provider.type} model {resolved.model.model_id}"}

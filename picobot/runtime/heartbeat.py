@@ -1,0 +1,38 @@
+"""Worker liveness in Redis, for health checks (Flower shows more)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+
+import redis
+
+from picobot.runtime import keys
+
+log = logging.getLogger("picobot.heartbeat")
+
+INTERVAL_SECS = 5
+TTL_SECS = 15
+
+
+def start_heartbeat(r: redis.Redis, name: str) -> threading.Event:
+    """Beat every few seconds until the returned event is set."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            try:
+                r.set(keys.WORKER_PREFIX + name, json.dumps({"pid": os.getpid(), "at": time.time()}), ex=TTL_SECS)
+            except redis.RedisError as exc:
+                log.warning("heartbeat failed: %s", exc)
+            stop.wait(INTERVAL_SECS)
+        try:
+            r.delete(keys.WORKER_PREFIX + name)
+        except redis.RedisError:
+            pass
+
+    threading.Thread(target=run, name="heartbeat", daemon=True).start()
+    return stop

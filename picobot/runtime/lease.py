@@ -1,0 +1,44 @@
+"""Per-session lease in Redis: one turn at a time per session, across all workers."""
+
+from __future__ import annotations
+
+import secrets
+
+import redis
+
+from picobot.runtime import keys
+
+_RENEW = """
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if not v then
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 2 end
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class Lease:
+    def __init__(self, r: redis.Redis, session_id: str, ttl_secs: float):
+        self.r = r
+        self.key = keys.lease(session_id)
+        self.token = secrets.token_hex(12)
+        self.ttl_ms = max(1000, int(ttl_secs * 1000))
+
+    def acquire(self) -> bool:
+        return bool(self.r.set(self.key, self.token, nx=True, px=self.ttl_ms))
+
+    def renew(self) -> bool:
+        """Extend the lease; re-take it if Redis lost it. False: another holder has it."""
+        return bool(self.r.eval(_RENEW, 1, self.key, self.token, self.ttl_ms))
+
+    def release(self) -> None:
+        self.r.eval(_RELEASE, 1, self.key, self.token)
+
+
+def is_held(r: redis.Redis, session_id: str) -> bool:
+    return bool(r.exists(keys.lease(session_id)))

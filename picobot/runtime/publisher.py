@@ -1,0 +1,94 @@
+"""Turn events onto Redis pub/sub: snapshots throttled latest-wins, terminal events at once."""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+import redis
+
+from picobot.runtime import keys
+
+log = logging.getLogger("picobot.events")
+
+SNAPSHOT_TTL_SECS = 3600
+
+
+class EventPublisher:
+    """One per process. Snapshots of a turn go out at most once per interval; the last one always does."""
+
+    def __init__(self, r: redis.Redis, interval_ms: int = 50):
+        self.r = r
+        self.interval = max(0.0, interval_ms / 1000)
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, str]] = []  # (due time, tiebreak, turn key)
+        self._pending: dict[str, Callable[[], dict[str, Any]]] = {}
+        self._last: dict[str, float] = {}
+        self._counter = 0
+        self._thread: threading.Thread | None = None
+
+    def publish(self, event: dict[str, Any]) -> None:
+        """Publish an event to the watchers of its session now."""
+        sid = event["session_id"]
+        data = json.dumps(event, ensure_ascii=False, default=str)
+        try:
+            pipe = self.r.pipeline(transaction=False)
+            if event.get("type") == "turn_updated":
+                pipe.set(keys.snapshot(sid), data, ex=SNAPSHOT_TTL_SECS)
+            elif event.get("type") == "turn_completed":
+                pipe.delete(keys.snapshot(sid))
+            pipe.publish(keys.events(sid), data)
+            pipe.execute()
+        except redis.RedisError as exc:  # watchers catch up from SQL; progress never depends on this
+            log.warning("could not publish %s for %s: %s", event.get("type"), sid, exc)
+
+    def snapshot_listener(self, turn_key: str, snapshot: Callable[[], dict[str, Any]]) -> Callable[[], None]:
+        """A TurnController listener: schedules a throttled publish of the latest snapshot."""
+
+        def notify() -> None:
+            with self._cond:
+                if turn_key in self._pending:
+                    return  # already due; it will carry the newest revision
+                self._pending[turn_key] = snapshot
+                due = max(time.monotonic(), self._last.get(turn_key, 0.0) + self.interval)
+                self._counter += 1
+                heapq.heappush(self._due, (due, self._counter, turn_key))
+                self._ensure_thread()
+                self._cond.notify()
+
+        return notify
+
+    def finish(self, turn_key: str, final_event: dict[str, Any]) -> None:
+        """Publish the last snapshot (if one is waiting) and then the terminal event."""
+        with self._cond:
+            pending = self._pending.pop(turn_key, None)
+            self._last.pop(turn_key, None)
+        if pending is not None:
+            self.publish(pending())
+        self.publish(final_event)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="snapshot-publisher", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._due:
+                    self._cond.wait()
+                due, _, turn_key = self._due[0]
+                wait = due - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._due)
+                snapshot = self._pending.pop(turn_key, None)
+                if snapshot is None:
+                    continue
+                self._last[turn_key] = time.monotonic()
+            self.publish(snapshot())

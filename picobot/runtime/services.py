@@ -1,0 +1,87 @@
+"""The runtime's shared parts, built once per process and handed to whoever needs them."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import redis
+
+from picobot.config import Config
+from picobot.errors import ConfigError
+from picobot.providers.base import Provider
+from picobot.runtime.control import StopWatcher
+from picobot.runtime.publisher import EventPublisher
+from picobot.storage.db import Database
+from picobot.tools.registry import ToolRegistry
+
+
+class TaskQueue(Protocol):
+    """The one seam to the task system (Celery in production)."""
+
+    def enqueue_turn(self, session_id: str) -> None: ...
+
+
+def connect_redis(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, decode_responses=True, health_check_interval=30,
+                                socket_connect_timeout=5, retry_on_timeout=True)
+
+
+@dataclass
+class Runtime:
+    config: Config
+    db: Database
+    redis: redis.Redis
+    queue: TaskQueue
+    worker_name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
+    _providers: dict[str, Provider] = field(default_factory=dict)
+    _tools: ToolRegistry | None = None
+    _publisher: EventPublisher | None = None
+    _stop_watcher: StopWatcher | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def publisher(self) -> EventPublisher:
+        with self._lock:
+            if self._publisher is None:
+                self._publisher = EventPublisher(self.redis, self.config.gateway.snapshot_interval_ms)
+            return self._publisher
+
+    @property
+    def stop_watcher(self) -> StopWatcher:
+        with self._lock:
+            if self._stop_watcher is None:
+                self._stop_watcher = StopWatcher(self.redis)
+            return self._stop_watcher
+
+    def provider(self, key: str) -> Provider:
+        with self._lock:
+            if key not in self._providers:
+                from picobot.providers import build_provider
+
+                cfg = self.config.providers.get(key)
+                if cfg is None:
+                    raise ConfigError(f"providers.{key}", "no such provider is configured "
+                                      "(set OPENAI_API_KEY / OPENAI_BASE_URL or ANTHROPIC_API_KEY, or add it to config.json)")
+                self._providers[key] = build_provider(key, cfg)
+            return self._providers[key]
+
+    def tools(self) -> ToolRegistry:
+        with self._lock:
+            if self._tools is None:
+                from picobot.tools import build_registry
+
+                self._tools = build_registry(disabled=self.config.tools.disabled)
+            return self._tools
+
+
+def build_runtime(config: Config, queue: TaskQueue, migrate: bool = False) -> Runtime:
+    from picobot.runtime.redis_url import resolve_redis_url
+
+    db = Database(config.database_url)
+    if migrate:
+        db.migrate()
+    return Runtime(config=config, db=db, redis=connect_redis(resolve_redis_url(config)), queue=queue)

@@ -1,0 +1,238 @@
+"""Drain a session's inbound queue: one turn at a time, under the session's lease.
+
+    claim input (SQL) -> run the AgentLoop (steering at safe boundaries, /stop via
+    CancelToken) -> commit the turn's messages in one transaction, fenced by the turn's
+    `running` status -> publish `turn_completed`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+
+from picobot.agent.context import agent_prompt, needs_agent_prompt, runtime_note
+from picobot.agent.loop import AgentLoop, LoopResult, LoopSettings
+from picobot.agent.snapshot import TurnController
+from picobot.domain.cancel import CancelToken
+from picobot.domain.messages import ChatMessage
+from picobot.errors import ConfigError, PicoBotError
+from picobot.runtime import control
+from picobot.runtime.lease import Lease
+from picobot.runtime.services import Runtime
+from picobot.runtime.session_messages import SessionMessenger
+from picobot.storage import inbound, messages, sessions, turns
+from picobot.storage.models import (
+    INBOUND_DONE, TURN_CANCELLED, TURN_COMPLETED, TURN_FAILED, InboundRow, TurnRow,
+)
+from picobot.tools.base import ToolContext
+
+log = logging.getLogger("picobot.turns")
+
+MARKER_TURN_ERROR = "turn_error"
+MARKER_TURN_STOPPED = "turn_stopped"
+HIDDEN_FROM_MODEL = {MARKER_TURN_ERROR, MARKER_TURN_STOPPED}
+
+
+def drain_session(rt: Runtime, session_id: str) -> int:
+    """Run turns for the session until its queue is empty; returns how many ran (0 if busy)."""
+    ran = 0
+    while True:
+        lease = Lease(rt.redis, session_id, rt.config.gateway.turn_lease_secs)
+        if not lease.acquire():
+            return ran  # the holder will see our input: it re-checks before it lets go
+        try:
+            while _run_next_turn(rt, session_id, lease):
+                ran += 1
+        finally:
+            lease.release()
+        with rt.db.read() as s:
+            if not inbound.has_pending(s, session_id):
+                return ran
+
+
+@dataclass
+class _Claimed:
+    turn_id: str
+    rows: list[InboundRow]
+    history: list[ChatMessage]
+    channel: str
+    chat_id: str
+    agent: str
+    user_turns: int
+
+
+def _claim(rt: Runtime, session_id: str) -> _Claimed | None:
+    turn_id = uuid.uuid4().hex
+    with rt.db.write() as s:
+        sess = sessions.get(s, session_id)
+        if sess is None:
+            return None
+        if sess.deleted_at is not None:
+            inbound.cancel_pending(s, session_id)
+            return None
+        rows = inbound.claim_first(s, session_id, turn_id)
+        if not rows:
+            return None
+        turns.start(s, turn_id, session_id, rt.worker_name, max(r.attempts for r in rows), [r.seq for r in rows])
+        history = [m for m in messages.load_history(s, session_id) if m.marker not in HIDDEN_FROM_MODEL]
+        return _Claimed(turn_id, rows, history, sess.channel, sess.chat_id, sess.agent, sess.user_turns)
+
+
+def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> bool:
+    claimed = _claim(rt, session_id)
+    if claimed is None:
+        return False
+    cancel = CancelToken()
+    controller = TurnController(session_id, claimed.turn_id, show_tool_results=True)
+    turn_key = f"{session_id}#{claimed.turn_id}"
+    controller._listener = rt.publisher.snapshot_listener(turn_key, controller.snapshot)
+    keeper = _LeaseKeeper(rt, lease, session_id, cancel)
+    rt.stop_watcher.register(session_id, cancel)
+    keeper.start()
+    try:
+        result = _execute(rt, claimed, session_id, controller, cancel)
+    except Exception as exc:  # a bug or infrastructure failure: record it, never lose the input
+        log.exception("turn %s crashed", claimed.turn_id)
+        result = LoopResult(messages=[], usage=_zero_usage(), status="failed",
+                            error=f"Internal error while running the turn ({type(exc).__name__}).")
+    finally:
+        keeper.stop()
+        rt.stop_watcher.unregister(session_id, cancel)
+    if keeper.lost:
+        log.warning("turn %s lost its lease; its input will be re-run", claimed.turn_id)
+        return False
+    committed = _commit(rt, claimed, session_id, result)
+    status = result.status if committed else "interrupted"
+    controller.finish(status)
+    rt.publisher.finish(turn_key, {
+        "type": "turn_completed", "session_id": session_id, "turn_id": claimed.turn_id, "status": status,
+        "final_text": result.final_text, "error": result.error, "inbound_seqs": [r.seq for r in claimed.rows] +
+        [s for s in controller.inbound_seqs if s not in {r.seq for r in claimed.rows}],
+        "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
+    })
+    return committed
+
+
+def _zero_usage():  # type: ignore[no-untyped-def]
+    from picobot.domain.messages import Usage
+
+    return Usage()
+
+
+def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnController,
+             cancel: CancelToken) -> LoopResult:
+    cfg = rt.config
+    new: list[ChatMessage] = []
+    if needs_agent_prompt(claimed.history, claimed.user_turns, cfg.gateway.agent_prompt_reinject_every):
+        resolved_prompt = None
+        try:
+            resolved_prompt = cfg.agent(claimed.agent).agent.system_prompt
+        except ConfigError:
+            pass
+        new.append(agent_prompt(cfg.home, resolved_prompt))
+    for row in claimed.rows:
+        new.append(ChatMessage(role="user", content=row.content))
+        controller.user(row.seq, row.content)
+    try:
+        resolved = cfg.agent(claimed.agent)
+        provider = rt.provider(resolved.provider_key)
+    except ConfigError as exc:
+        return LoopResult(messages=new, usage=_zero_usage(), status="failed",
+                          error=f"No model is configured: {exc.reason}")
+    settings = LoopSettings(
+        model=resolved.model.model_id, temperature=resolved.model.temperature,
+        max_tokens=resolved.model.max_tokens, options=dict(resolved.model.options),
+        max_tool_iterations=resolved.agent.max_tool_iterations,
+        tool_result_max_chars=resolved.agent.tool_result_max_chars,
+        context_tool_result_trim_chars=resolved.agent.context_tool_result_trim_chars,
+        idle_timeout_secs=resolved.provider.llm_timeout_secs + 5,
+    )
+    workspace = cfg.workspace_path()
+    workspace.mkdir(parents=True, exist_ok=True)
+    ctx = ToolContext(
+        session_id=session_id, channel=claimed.channel, chat_id=claimed.chat_id,
+        sender_id=claimed.rows[0].sender_id, turn_id=claimed.turn_id, workspace=workspace, cancel=cancel,
+        timezone=cfg.time.timezone, send_message=SessionMessenger(rt, session_id, claimed.channel, claimed.chat_id),
+        settings=cfg.tools.model_dump(),
+    )
+    history = [runtime_note(cfg.time.timezone, claimed.channel, workspace)] + claimed.history
+
+    def steer() -> list[ChatMessage]:
+        return _drain_steer(rt, session_id, claimed.turn_id, controller)
+
+    return AgentLoop(provider, rt.tools(), settings).run(history, new, ctx, controller, steer)
+
+
+def _drain_steer(rt: Runtime, session_id: str, turn_id: str, controller: TurnController) -> list[ChatMessage]:
+    with rt.db.read() as s:
+        if not inbound.has_pending(s, session_id):
+            return []
+    with rt.db.write() as s:
+        rows = inbound.claim_steer(s, session_id, turn_id)
+        out = []
+        for row in rows:
+            out.append(ChatMessage(role="user", content=row.content))
+            controller.user(row.seq, row.content)
+        return out
+
+
+def _commit(rt: Runtime, claimed: _Claimed, session_id: str, result: LoopResult) -> bool:
+    """Store the turn's messages atomically, in true order. False if the turn was fenced out."""
+    status = {"completed": TURN_COMPLETED, "cancelled": TURN_CANCELLED}.get(result.status, TURN_FAILED)
+    to_store = list(result.messages)
+    if result.status == "failed":
+        to_store.append(ChatMessage(role="assistant", content=f"⚠ {result.error}", marker=MARKER_TURN_ERROR))
+    elif result.status == "cancelled":
+        to_store.append(ChatMessage(role="assistant", content="(stopped)", marker=MARKER_TURN_STOPPED))
+    with rt.db.write() as s:
+        turn = s.get(TurnRow, claimed.turn_id)
+        if turn is None or turn.status != "running":
+            return False  # the sweeper declared this turn dead and owns its input now
+        user_turns = sum(1 for m in to_store if m.role == "user")
+        messages.append(s, session_id, claimed.turn_id, to_store)
+        inbound.finish(s, claimed.turn_id, INBOUND_DONE)
+        turns.finish(s, claimed.turn_id, status, result.usage, result.final_text, result.error,
+                     sorted({r.seq for r in claimed.rows}))
+        sessions.add_usage(s, session_id, result.usage, result.last_input_tokens, user_turns)
+    return True
+
+
+class _LeaseKeeper:
+    """Renews the lease and polls the stop flag while a turn runs."""
+
+    def __init__(self, rt: Runtime, lease: Lease, session_id: str, cancel: CancelToken):
+        self.rt = rt
+        self.lease = lease
+        self.session_id = session_id
+        self.cancel = cancel
+        self.lost = False
+        self._done = threading.Event()
+        self._interval = min(1.0, rt.config.gateway.turn_lease_secs / 3)
+        self._started = control.redis_now(rt.redis)
+        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=2)
+
+    def _run(self) -> None:
+        polls = 0
+        while not self._done.wait(0.25):
+            try:
+                if control.stop_requested_since(self.rt.redis, self.session_id, self._started):
+                    self.cancel.cancel("stopped")
+                polls += 1
+                if polls * 0.25 >= self._interval:
+                    polls = 0
+                    if not self.lease.renew():
+                        self.lost = True
+                        self.cancel.cancel("lease lost")
+            except PicoBotError:
+                raise
+            except Exception as exc:  # Redis hiccup: keep the turn going, try again
+                log.warning("lease keeper for %s: %s", self.session_id, exc)

@@ -1,0 +1,52 @@
+"""Tools: name, description, JSON schema, execute. Plus the narrow context they run in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from picobot.domain.cancel import CancelToken
+
+
+class SendMessage(Protocol):
+    def __call__(self, text: str, *, channel: str | None = None, chat_id: str | None = None) -> str:
+        """Deliver text to a chat (default: the current one); returns a short receipt."""
+        ...
+
+
+@dataclass
+class ToolContext:
+    session_id: str
+    channel: str
+    chat_id: str
+    sender_id: str
+    turn_id: str
+    workspace: Path
+    cancel: CancelToken = field(default_factory=CancelToken)
+    timezone: str = "UTC"
+    send_message: SendMessage | None = None
+    # Tool settings from config `tools` (bash timeout, output caps, http limits...).
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+class Tool:
+    """Base class for tools. Subclasses set name/description/parameters and execute()."""
+
+    name: str = ""
+    description: str = ""
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}
+    read_only: bool = False  # True for tools that change nothing (sub-agents may use them)
+
+    def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """Run the tool. Raise picobot.errors.ToolError with text the model can act on."""
+        raise NotImplementedError
+
+
+@dataclass
+class ToolResult:
+    content: str
+    is_error: bool = False
+
+
+ToolFactory = Callable[[], Tool]

@@ -1,0 +1,1 @@
+"""Flask side of PicoBot: app factory, blueprints, WebSocket, static UI."""

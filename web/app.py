@@ -1,0 +1,45 @@
+"""Flask app factory: wires the runtime, the event hub and the blueprints, nothing else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flask import Flask
+
+from picobot.config import Config, apply_dotenv, load_config, picobot_home
+from picobot.logging_setup import setup_logging
+from picobot.runtime.services import Runtime, build_runtime
+from web.hub import EventHub
+
+WS_HARD_LIMIT = 16 * 1024 * 1024  # frames above gateway.max_frame_bytes get an error frame, not a close
+
+
+def create_app(config: Config | None = None, overrides: dict[str, Any] | None = None,
+               runtime: Runtime | None = None) -> Flask:
+    if config is None and runtime is None:
+        apply_dotenv(picobot_home(), Path.cwd())
+        config = load_config()
+    if runtime is None:
+        from worker.celery_app import make_celery
+        from worker.queue import CeleryTaskQueue
+
+        assert config is not None
+        runtime = build_runtime(config, CeleryTaskQueue(make_celery(config)), migrate=True)
+    setup_logging(runtime.config)
+
+    app = Flask(__name__)
+    app.config.update(
+        SOCK_SERVER_OPTIONS={"ping_interval": 25, "max_message_size": WS_HARD_LIMIT},
+        JSON_SORT_KEYS=False,
+        MAX_CONTENT_LENGTH=runtime.config.gateway.max_frame_bytes,
+    )
+    app.config.update(overrides or {})
+    app.extensions["picobot"] = runtime
+    app.extensions["picobot.hub"] = EventHub(runtime.redis)
+
+    from web import health, ws
+
+    app.register_blueprint(health.bp)
+    app.register_blueprint(ws.bp)
+    return app

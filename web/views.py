@@ -1,0 +1,38 @@
+"""JSON shapes the web edge sends: history messages and session info (no provider state)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from picobot.runtime import keys
+from picobot.runtime.services import Runtime
+from picobot.storage import messages
+from picobot.storage.models import MessageRow
+
+HISTORY_LIMIT = 200
+
+
+def message_view(row: MessageRow) -> dict[str, Any]:
+    view: dict[str, Any] = {"id": row.id, "position": row.position, "role": row.role, "content": row.content,
+                            "turn_id": row.turn_id, "created_at": row.created_at}
+    for key in ("tool_calls", "tool_call_id", "name", "reasoning_content", "marker"):
+        value = getattr(row, key)
+        if value:
+            view[key] = value
+    if row.is_error:
+        view["is_error"] = True
+    return view
+
+
+def history(rt: Runtime, session_id: str, limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
+    with rt.db.read() as s:
+        return [message_view(r) for r in messages.load_rows(s, session_id, limit=limit)]
+
+
+def active_turn(rt: Runtime, session_id: str) -> dict[str, Any] | None:
+    try:
+        raw = rt.redis.get(keys.snapshot(session_id))
+    except Exception:
+        return None
+    return json.loads(raw) if raw else None

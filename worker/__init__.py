@@ -1,0 +1,1 @@
+"""Celery side of PicoBot: the app, its queues and routes, and thin tasks that call picobot/."""

@@ -1,0 +1,89 @@
+"""The Celery app factory and its settings (the process-wide instance lives in worker/app.py)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery import Celery, signals
+
+from picobot.config import Config
+from picobot.runtime.redis_url import resolve_redis_url
+from picobot.runtime.services import Runtime, build_runtime
+
+TURN_TASK = "picobot.turn"
+SWEEP_TASK = "picobot.sweep"
+QUEUE_TURNS = "turns"
+QUEUE_MAINTENANCE = "maintenance"  # sweeps now; compression and memory upkeep later
+ALL_QUEUES = (QUEUE_TURNS, QUEUE_MAINTENANCE)
+
+log = logging.getLogger("picobot.worker")
+
+
+class PicoCelery(Celery):
+    """Celery app that owns one PicoBot Runtime per process, built on first use."""
+
+    picobot_config: Config
+
+    def __init__(self, config: Config):
+        super().__init__("picobot")
+        self.picobot_config = config
+        self._runtime: Runtime | None = None
+        self._runtime_lock = threading.Lock()
+
+    @property
+    def runtime(self) -> Runtime:
+        with self._runtime_lock:
+            if self._runtime is None:
+                from worker.queue import CeleryTaskQueue
+
+                self._runtime = build_runtime(self.picobot_config, CeleryTaskQueue(self))
+            return self._runtime
+
+
+def make_celery(config: Config) -> PicoCelery:
+    app = PicoCelery(config)
+    url = resolve_redis_url(config)
+    sweep_every = config.gateway.sweep_interval_secs
+    app.conf.update(
+        broker_url=url,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": 3600},
+        task_ignore_result=True,
+        task_acks_late=False,  # recovery is the sweeper's job, from SQL, not the broker's
+        task_default_queue=QUEUE_TURNS,
+        task_routes={TURN_TASK: {"queue": QUEUE_TURNS}, SWEEP_TASK: {"queue": QUEUE_MAINTENANCE}},
+        task_serializer="json", accept_content=["json"],
+        worker_prefetch_multiplier=1,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+        beat_scheduler="redbeat.RedBeatScheduler",
+        redbeat_redis_url=url,
+        redbeat_lock_timeout=max(30, int(sweep_every * 6)),
+        beat_max_loop_interval=max(1, min(5, int(sweep_every))),
+        beat_schedule={
+            "picobot.sweep": {"task": SWEEP_TASK, "schedule": sweep_every, "options": {"queue": QUEUE_MAINTENANCE, "expires": sweep_every * 3}},
+        },
+        timezone=config.time.timezone,
+    )
+    import worker.tasks  # noqa: F401  registers the tasks on this app
+
+    worker.tasks.register(app)
+    signals.worker_ready.connect(_on_worker_ready, sender=None, weak=False)
+    return app
+
+
+def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def]
+    from picobot.runtime.heartbeat import start_heartbeat
+
+    app = sender.app if sender is not None and isinstance(getattr(sender, "app", None), PicoCelery) else None
+    if app is None:
+        return
+    rt = app.runtime
+    start_heartbeat(rt.redis, rt.worker_name)
+    app.send_task(SWEEP_TASK, queue=QUEUE_MAINTENANCE)  # recover what a previous run left behind
+    log.info("worker %s ready", rt.worker_name)
+
+
