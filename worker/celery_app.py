@@ -82,6 +82,7 @@ def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def
     if app is None:
         return
     rt = app.runtime
+    rt.worker_name = getattr(sender, "hostname", None) or rt.worker_name
     start_heartbeat(rt.redis, rt.worker_name)
     app.send_task(SWEEP_TASK, queue=QUEUE_MAINTENANCE)  # recover what a previous run left behind
     log.info("worker %s ready", rt.worker_name)

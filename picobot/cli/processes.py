@@ -16,7 +16,7 @@ from picobot.config import Config
 def web_argv(config: Config, bind: str | None = None, threads: int = 1100) -> list[str]:
     bind = bind or f"{config.gateway.host}:{config.gateway.port}"
     return [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "1", "--threads", str(threads),
-            "--timeout", "120", "--graceful-timeout", "10", "-b", bind, "web.app:create_app()"]
+            "--timeout", "120", "--graceful-timeout", "10", "--no-control-socket", "-b", bind, "web.app:create_app()"]
 
 
 def worker_argv(concurrency: int = 200, queues: str = "turns,maintenance", name: str | None = None) -> list[str]:

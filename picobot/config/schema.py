@@ -1,0 +1,462 @@
+"""The shape of config.json, as pydantic models.
+
+Every section forbids unknown keys so a typo (`gateway.prot`) fails at start instead of
+being silently ignored. Channels are the one exception: each channel type brings its own
+keys (app_id, app_secret, token, ...), read by that channel's adapter.
+
+`Config` also carries a few values that are not in the file (`home`, `config_path`,
+`database_url`, `redis_url`); the loader fills them from the environment and they are
+left out of `model_dump()`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Literal, Mapping, Union
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from picobot.config.secrets import masked_value
+from picobot.errors import ConfigError
+
+DEFAULT_HOME = "~/.picobot"
+
+
+def picobot_home(environ: Mapping[str, str] | None = None) -> Path:
+    """`$PICOBOT_HOME` or `~/.picobot`, made absolute (the gateway later chdirs)."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("PICOBOT_HOME") or DEFAULT_HOME).expanduser().absolute()
+
+
+def _blank_to_none(value: Any) -> Any:
+    # An env var set to "" (common in .env templates) means "not set".
+    return None if isinstance(value, str) and not value.strip() else value
+
+
+def _check_http_url(value: str | None) -> str | None:
+    # The message never repeats the value: a URL may carry credentials.
+    if value is not None and not value.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return value
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, protected_namespaces=())
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # A config object may end up in a log line or a traceback; keep secrets out.
+        for name, value in super().__repr_args__():
+            yield name, masked_value(name or "", value)
+
+
+# --- providers, models, agents ------------------------------------------------------
+
+
+class ProviderConfig(_Section):
+    type: Literal["openai", "anthropic"] = "openai"
+    base_url: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
+    extra_headers: dict[str, str] = Field(default_factory=dict)
+    llm_timeout_secs: float = Field(default=120.0, gt=0)
+    memory_maintenance_timeout_secs: float = Field(default=600.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+
+    _blank = field_validator("base_url", "api_key", mode="before")(_blank_to_none)
+    _url = field_validator("base_url")(_check_http_url)
+
+
+class ModelConfig(_Section):
+    model_id: str = Field(min_length=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, gt=0)
+    context_window_tokens: int = Field(default=128000, gt=0)
+    # Extra request-body fields passed through to the provider as-is.
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentConfig(_Section):
+    provider: str = "default"
+    model: str = "default"
+    max_tool_iterations: int = Field(default=100, ge=1)
+    tool_result_max_chars: int = Field(default=20000, gt=0)
+    context_tool_result_trim_chars: int = Field(default=2000, ge=0)
+    system_prompt: str | None = None
+
+
+# --- gateway ------------------------------------------------------------------------
+
+
+class GatewayConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(default=19876, ge=0, le=65535)  # 0 = any free port (tests)
+    show_tool_results: bool = False
+    agent_prompt_reinject_every: int = Field(default=100, ge=0)
+    max_message_chars: int = Field(default=32000, gt=0)
+    max_frame_bytes: int = Field(default=1048576, gt=0)
+    session_ttl_secs: int | None = Field(default=None, gt=0)
+    turn_lease_secs: int = Field(default=30, gt=0)
+    sweep_interval_secs: float = Field(default=5.0, gt=0)
+    snapshot_interval_ms: int = Field(default=50, ge=0)
+    max_turn_attempts: int = Field(default=2, ge=1)
+    public_url: str | None = None
+
+    _blank = field_validator("public_url", mode="before")(_blank_to_none)
+    _url = field_validator("public_url")(_check_http_url)
+
+
+# --- scheduler ----------------------------------------------------------------------
+
+_MONTHS = {m: i for i, m in enumerate(
+    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1)}
+_DAYS = {d: i for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
+_CRON_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
+    ("minute", 0, 59, {}),
+    ("hour", 0, 23, {}),
+    ("day-of-month", 1, 31, {}),
+    ("month", 1, 12, _MONTHS),
+    ("day-of-week", 0, 7, _DAYS),  # 0 and 7 are both Sunday, as in cron(5)
+)
+
+
+def _cron_value(part: str, names: dict[str, int]) -> int | None:
+    if part.isdigit():
+        return int(part)
+    return names.get(part.lower())
+
+
+def _check_cron_item(item: str, field: str, low: int, high: int, names: dict[str, int]) -> None:
+    base, slash, step = item.partition("/")
+    if slash and not (step.isdigit() and int(step) > 0):
+        raise ValueError(f"bad step {step!r} in the {field} field")
+    if base == "*":
+        return
+    start, dash, end = base.partition("-")
+    for part in (start, end) if dash else (start,):
+        value = _cron_value(part, names)
+        if value is None or not low <= value <= high:
+            raise ValueError(f"{part!r} is not valid in the {field} field ({low}-{high})")
+
+
+def check_cron(expression: str) -> str:
+    """Validate a 5-field cron expression; return it with whitespace normalised."""
+    fields = expression.split()
+    if len(fields) != 5:
+        raise ValueError(
+            "a cron expression has 5 fields (minute hour day-of-month month day-of-week), "
+            f"got {len(fields)}"
+        )
+    for text, (field, low, high, names) in zip(fields, _CRON_FIELDS):
+        for item in text.split(","):
+            _check_cron_item(item, field, low, high, names)
+    return " ".join(fields)
+
+
+class DelaySchedule(_Section):
+    type: Literal["delay"]
+    seconds: int = Field(gt=0)
+
+
+class IntervalSchedule(_Section):
+    type: Literal["interval"]
+    seconds: int = Field(gt=0)
+
+
+class AtSchedule(_Section):
+    type: Literal["at"]
+    at: datetime  # ISO 8601; without an offset it is read in time.timezone
+
+
+class CronSchedule(_Section):
+    type: Literal["cron"]
+    expression: str
+
+    _cron = field_validator("expression")(check_cron)
+
+
+Schedule = Annotated[
+    Union[DelaySchedule, IntervalSchedule, AtSchedule, CronSchedule],
+    Field(discriminator="type"),
+]
+
+JobKind = Literal["internal_event", "outbound_message", "agent_task", "silent_agent_task"]
+AGENT_JOB_KINDS = ("agent_task", "silent_agent_task")
+
+
+class JobTarget(_Section):
+    channel: str = Field(min_length=1)
+    chat_id: str = Field(min_length=1)
+    # silent_agent_task only: the background session; absent means scheduler/{job_id}.
+    session_chat_id: str | None = None
+
+
+class JobConfig(_Section):
+    id: str = Field(min_length=1)
+    kind: JobKind
+    schedule: Schedule
+    target: JobTarget | None = None
+    payload: dict[str, Any] = Field(default_factory=dict)
+    enabled: bool = True
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> JobConfig:
+        if self.kind != "internal_event" and self.target is None:
+            raise ValueError(f"a {self.kind} job needs a target (channel and chat_id)")
+        prompt = self.payload.get("prompt")
+        if self.kind in AGENT_JOB_KINDS and not (isinstance(prompt, str) and prompt.strip()):
+            raise ValueError(f"a {self.kind} job needs payload.prompt (non-empty text)")
+        return self
+
+
+class SchedulerConfig(_Section):
+    enabled: bool = True
+    tick_resolution_ms: int = Field(default=1000, gt=0)
+    worker_queue_capacity: int = Field(default=128, gt=0)
+    misfire_policy: Literal["skip", "run_once"] = "skip"
+    jobs: list[JobConfig] = Field(default_factory=list)
+
+    @field_validator("jobs")
+    @classmethod
+    def _unique_ids(cls, jobs: list[JobConfig]) -> list[JobConfig]:
+        seen: set[str] = set()
+        for job in jobs:
+            if job.id in seen:
+                raise ValueError(f"job id {job.id!r} is used twice")
+            seen.add(job.id)
+        return jobs
+
+
+# --- channels, skills, sub-agents, MCP, tools, time ---------------------------------
+
+
+class ChannelConfig(BaseModel):
+    # Open on purpose: each channel adapter validates its own keys.
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+    type: str = ""  # empty means "the same as the channel's key"
+    enabled: bool = False
+    allow_from: list[str] = Field(default_factory=lambda: ["*"])
+    agent: str = "default"
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        for name, value in super().__repr_args__():
+            yield name, masked_value(name or "", value)
+
+
+SkillSource = Literal[
+    "user", "user_agent", "user_openclaw", "project", "project_agent", "project_openclaw"
+]
+
+
+class SkillsConfig(_Section):
+    enabled: bool = True
+    # Lowest priority first: a later source overrides a same-named skill.
+    sources: list[SkillSource] = Field(
+        default_factory=lambda: [
+            "user", "user_agent", "user_openclaw", "project", "project_agent", "project_openclaw"
+        ]
+    )
+    max_index_chars: int = Field(default=4000, gt=0)
+    max_listed_skills: int = Field(default=32, ge=0)
+
+
+class SubagentsConfig(_Section):
+    enabled: bool = True
+    sources: list[Literal["user", "project"]] = Field(default_factory=lambda: ["user", "project"])
+
+
+McpType = Literal["stdio", "streamableHttp", "http", "sse"]
+HTTP_MCP_TYPES = ("streamableHttp", "http", "sse")
+
+
+class McpServerConfig(_Section):
+    """One entry of `mcpServers`, in the Claude Desktop / Cursor / Cherry Studio shape."""
+
+    type: McpType
+    is_active: bool = Field(default=True, alias="isActive")
+    name: str | None = None  # display name; the map key when absent
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    base_url: str | None = Field(
+        default=None,
+        alias="baseUrl",
+        # Claude Desktop and Cursor spell it "url".
+        validation_alias=AliasChoices("baseUrl", "base_url", "url"),
+    )
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infer_type(cls, data: Any) -> Any:
+        # Claude Desktop entries have no "type": a command means stdio, a URL means HTTP.
+        if isinstance(data, dict) and "type" not in data:
+            if data.get("command"):
+                data = {**data, "type": "stdio"}
+            elif any(data.get(k) for k in ("baseUrl", "base_url", "url")):
+                data = {**data, "type": "streamableHttp"}
+        return data
+
+    _url = field_validator("base_url")(_check_http_url)
+
+    @model_validator(mode="after")
+    def _transport_needs(self) -> McpServerConfig:
+        if self.type == "stdio" and not self.command:
+            raise ValueError("a stdio server needs 'command'")
+        if self.type in HTTP_MCP_TYPES and not self.base_url:
+            raise ValueError(f"a {self.type} server needs 'baseUrl'")
+        return self
+
+
+class ToolsConfig(_Section):
+    disabled: list[str] = Field(default_factory=list)
+    # Relative paths are relative to the PicoBot home, so the default follows
+    # $PICOBOT_HOME (~/.picobot/workspace when it is unset).
+    workspace: str = "workspace"
+    bash_timeout_secs: float = Field(default=60.0, gt=0)
+    bash_output_max_chars: int = Field(default=20000, gt=0)
+    http_max_chars: int = Field(default=20000, gt=0)
+    web_fetch_max_chars: int = Field(default=50000, gt=0)
+
+
+class TimeConfig(_Section):
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r}; use an IANA name such as 'Asia/Shanghai' or 'UTC'"
+            ) from None
+        return value
+
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+
+# --- the whole file -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResolvedAgent:
+    """An agent with its provider and model looked up."""
+
+    name: str
+    agent: AgentConfig
+    provider_key: str
+    provider: ProviderConfig
+    model: ModelConfig
+
+
+def _known(names: Mapping[str, Any]) -> str:
+    return ", ".join(sorted(names)) or "none"
+
+
+class Config(_Section):
+    """The effective configuration. Build it with `load_config()`."""
+
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    agents: dict[str, AgentConfig] = Field(default_factory=lambda: {"default": AgentConfig()})
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    channels: dict[str, ChannelConfig] = Field(default_factory=dict)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict, alias="mcpServers")
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    time: TimeConfig = Field(default_factory=TimeConfig)
+
+    # Not part of the file: computed by the loader (see RUNTIME_KEYS).
+    home: Path = Field(default_factory=picobot_home, exclude=True)
+    config_path: Path | None = Field(default=None, exclude=True)
+    database_url: str = Field(default="", exclude=True, repr=False)  # "" = SQLite in home
+    redis_url: str | None = Field(default=None, exclude=True, repr=False)
+
+    @model_validator(mode="after")
+    def _complete(self) -> Config:
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.home / 'data' / 'picobot.db'}"
+        for key, channel in self.channels.items():
+            channel.type = channel.type or key
+        self._localise_at_times()
+        # Raised as ConfigError (not ValueError) so the key path survives pydantic.
+        self._check_references()
+        return self
+
+    def _localise_at_times(self) -> None:
+        zone = self.time.zone()
+        for job in self.scheduler.jobs:
+            if isinstance(job.schedule, AtSchedule) and job.schedule.at.tzinfo is None:
+                job.schedule.at = job.schedule.at.replace(tzinfo=zone)
+
+    def _check_references(self) -> None:
+        if "default" not in self.agents:
+            raise ConfigError("agents", "an agent named 'default' is required")
+        for name, agent in self.agents.items():
+            self._check_agent(name, agent)
+        for key, channel in self.channels.items():
+            self._check_agent_name(f"channels.{key}.agent", channel.agent)
+        for i, job in enumerate(self.scheduler.jobs):
+            name = job.payload.get("agent")
+            if isinstance(name, str):
+                self._check_agent_name(f"scheduler.jobs[{i}].payload.agent", name)
+
+    def _check_agent(self, name: str, agent: AgentConfig) -> None:
+        # No providers at all is a valid, unconfigured setup (the gateway starts and says
+        # so); naming a provider or model that does not exist is a mistake.
+        unconfigured = not self.providers
+        if agent.provider not in self.providers and not (unconfigured and agent.provider == "default"):
+            raise ConfigError(
+                f"agents.{name}.provider",
+                f"unknown provider {agent.provider!r} (known: {_known(self.providers)})",
+            )
+        if agent.model not in self.models and not (unconfigured and agent.model == "default"):
+            raise ConfigError(
+                f"agents.{name}.model",
+                f"unknown model {agent.model!r} (known: {_known(self.models)})",
+            )
+
+    def _check_agent_name(self, key_path: str, name: str) -> None:
+        if name not in self.agents:
+            raise ConfigError(key_path, f"unknown agent {name!r} (known: {_known(self.agents)})")
+
+    def agent(self, name: str = "default") -> ResolvedAgent:
+        """The agent `name` with its provider and model; ConfigError if any is missing."""
+        agent = self.agents.get(name)
+        if agent is None:
+            raise ConfigError(f"agents.{name}", f"unknown agent {name!r} (known: {_known(self.agents)})")
+        provider = self.providers.get(agent.provider)
+        if provider is None:
+            hint = "" if self.providers else "; set OPENAI_API_KEY or add a provider to config.json"
+            raise ConfigError(
+                f"agents.{name}.provider",
+                f"unknown provider {agent.provider!r} (known: {_known(self.providers)}){hint}",
+            )
+        model = self.models.get(agent.model)
+        if model is None:
+            raise ConfigError(
+                f"agents.{name}.model", f"unknown model {agent.model!r} (known: {_known(self.models)})"
+            )
+        return ResolvedAgent(name, agent, agent.provider, provider, model)
+
+    def provider_configured(self) -> bool:
+        """True when the default agent's provider exists and has a key or a URL."""
+        agent = self.agents.get("default")
+        provider = self.providers.get(agent.provider) if agent else None
+        return bool(provider and (provider.api_key or provider.base_url))
+
+    def workspace_path(self) -> Path:
+        """The file and shell tools' workspace, absolute."""
+        path = Path(self.tools.workspace).expanduser()
+        return path if path.is_absolute() else self.home / path
+
+
+# Keys of Config that the loader computes; a config file may not set them.
+RUNTIME_KEYS = ("home", "config_path", "database_url", "redis_url")

@@ -1,0 +1,212 @@
+"""A real PicoBot stack for tests: its own redis-server, gunicorn web, Celery workers, beat.
+
+Everything runs as separate processes, exactly as `picobot web|worker|beat` start them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import websocket
+
+from picobot.cli.embedded_redis import free_port, start_embedded
+
+ROOT = Path(__file__).resolve().parent.parent
+API_KEY = "sk-test-" + "S3CRETKEY" * 3  # must never show up in logs, frames or the database
+
+
+def base_config(llm_url: str, port: int, **gateway: Any) -> dict[str, Any]:
+    return {
+        "providers": {"default": {"type": "openai", "base_url": f"{llm_url}/v1", "api_key": "${PICOBOT_TEST_KEY}",
+                                  "llm_timeout_secs": 30, "max_retries": 2}},
+        "models": {"default": {"model_id": "fake-model", "context_window_tokens": 32000}},
+        "agents": {"default": {"provider": "default", "model": "default"}},
+        "gateway": {"host": "127.0.0.1", "port": port, "turn_lease_secs": 3, "sweep_interval_secs": 1,
+                    "snapshot_interval_ms": 20, **gateway},
+        "time": {"timezone": "UTC"},
+    }
+
+
+class Stack:
+    def __init__(self, tmp: Path, llm_url: str, database_url: str | None = None,
+                 config: dict[str, Any] | None = None, gateway: dict[str, Any] | None = None):
+        self.home = tmp / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.logs = tmp / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self.port = free_port()
+        cfg = config or base_config(llm_url, self.port, **(gateway or {}))
+        (self.home / "config.json").write_text(json.dumps(cfg, indent=2))
+        self.redis_proc, self.redis_url = start_embedded(tmp / "redis")
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "DATABASE_URL"))}
+        self.env.update(PICOBOT_HOME=str(self.home), REDIS_URL=self.redis_url, PICOBOT_TEST_KEY=API_KEY,
+                        PYTHONUNBUFFERED="1")
+        if database_url:
+            self.env["DATABASE_URL"] = database_url
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._log_files: list[Any] = []
+        subprocess.run([sys.executable, "-m", "picobot", "migrate"], env=self.env, check=True,
+                       capture_output=True, cwd=tmp)
+        self.cwd = tmp
+
+    # --- processes ---------------------------------------------------------------------
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "ab")
+        self._log_files.append(log)
+        proc = subprocess.Popen([sys.executable, "-m", "picobot", *argv], env=self.env, cwd=self.cwd,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def start_web(self) -> None:
+        self._spawn("web", ["web", "--bind", f"127.0.0.1:{self.port}"])
+        wait_for(lambda: self._http_ok("/health"), 30, "web did not start")
+
+    def start_worker(self, name: str = "w1", concurrency: int = 50) -> subprocess.Popen:
+        proc = self._spawn(name, ["worker", "-c", str(concurrency), "-n", f"{name}@%h"])
+        wait_for(lambda: any(n.startswith(f"{name}@") for n in self.workers_alive()), 40, f"worker {name} did not start")
+        return proc
+
+    def start_beat(self) -> None:
+        self._spawn("beat", ["beat"])
+
+    def start(self, workers: int = 1, beat: bool = True) -> "Stack":
+        self.start_web()
+        for i in range(workers):
+            self.start_worker(f"w{i + 1}")
+        if beat:
+            self.start_beat()
+        return self
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.procs.clear()
+        self.redis_proc.terminate()
+        self.redis_proc.wait(timeout=10)
+        for f in self._log_files:
+            f.close()
+
+    # --- probes ------------------------------------------------------------------------
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws"
+
+    def _http_ok(self, path: str) -> bool:
+        try:
+            return httpx.get(self.http + path, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def health(self) -> dict[str, Any]:
+        return httpx.get(self.http + "/health", timeout=10).json()
+
+    def workers_alive(self) -> list[str]:
+        try:
+            return self.health()["checks"]["workers"].get("alive", [])
+        except Exception:
+            return []
+
+    def redis(self):  # type: ignore[no-untyped-def]
+        import redis
+
+        return redis.Redis.from_url(self.redis_url, decode_responses=True)
+
+    def all_logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in self.logs.glob("*.log"))
+
+    def client(self, chat_id: str | None = None) -> "WsClient":
+        return WsClient(self.ws_url, chat_id or "t-" + uuid.uuid4().hex[:10])
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "picobot", *args], env=self.env, cwd=self.cwd,
+                              capture_output=True, text=True, timeout=timeout)
+
+
+class WsClient:
+    def __init__(self, url: str, chat_id: str, channel: str = "cli_chat"):
+        self.chat_id = chat_id
+        self.ws = websocket.create_connection(f"{url}?chat_id={chat_id}&channel={channel}", timeout=30)
+        self.frames: list[dict[str, Any]] = []
+        self.ready = self.recv_until(lambda f: f["type"] == "ready")
+        self.session_id = self.ready["session"]["session_id"]
+
+    def send(self, frame: dict[str, Any] | str) -> None:
+        self.ws.send(frame if isinstance(frame, str) else json.dumps(frame))
+
+    def recv(self, timeout: float = 30) -> dict[str, Any]:
+        self.ws.settimeout(timeout)
+        frame = json.loads(self.ws.recv())
+        self.frames.append(frame)
+        return frame
+
+    def recv_until(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no matching frame within {timeout} s; got {[f.get('type') for f in self.frames[-20:]]}")
+            frame = self.recv(left)
+            if pred(frame):
+                return frame
+
+    def say(self, text: str, mode: str = "steer", frame_id: str | None = None) -> dict[str, Any]:
+        """Send a message; return its accepted/rejected frame."""
+        frame_id = frame_id or uuid.uuid4().hex[:8]
+        self.send({"type": "message", "content": text, "mode": mode, "id": frame_id})
+        return self.recv_until(lambda f: f.get("id") == frame_id)
+
+    def command(self, text: str) -> dict[str, Any]:
+        frame_id = uuid.uuid4().hex[:8]
+        self.send({"type": "command", "command": text, "id": frame_id})
+        return self.recv_until(lambda f: f.get("id") == frame_id)
+
+    def wait_completed(self, seq: int, timeout: float = 60) -> dict[str, Any]:
+        return self.recv_until(lambda f: f["type"] == "turn_completed" and seq in f.get("inbound_seqs", []), timeout)
+
+    def ask(self, text: str, timeout: float = 60) -> dict[str, Any]:
+        acc = self.say(text)
+        assert acc["type"] == "accepted", acc
+        return self.wait_completed(acc["seq"], timeout)
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise TimeoutError(what)

@@ -1,0 +1,66 @@
+"""End to end through real processes: /ws -> web -> Celery worker -> fake LLM -> back."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+
+from tests.conftest import add_rule
+from tests.stack import API_KEY, Stack
+
+
+def test_tool_using_turn_streams_and_persists(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    c = stack.client()
+    done = c.ask("what is (12+30)*2 ?")
+    assert done["status"] == "completed", done
+    assert "84" in done["final_text"]
+    updates = [f for f in c.frames if f["type"] == "turn_updated"]
+    assert updates, "snapshots were streamed"
+    revisions = [f["revision"] for f in updates]
+    assert revisions == sorted(revisions)
+    tools = [b for b in updates[-1]["blocks"] if b["type"] == "tool"]
+    assert tools and tools[0]["name"] == "calculator"
+    c.send({"type": "history", "id": "h"})
+    hist = c.recv_until(lambda f: f.get("id") == "h")["messages"]
+    roles = [m["role"] for m in hist]
+    assert roles[-4:] == ["user", "assistant", "tool", "assistant"]
+    assert hist[-3]["tool_calls"][0]["name"] == "calculator"
+    assert "provider_state" not in json.dumps(hist)
+
+
+def test_chat_cli_one_shot_continues_one_conversation(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    r = stack.cli("chat", "-m", "hello there", "--url", stack.ws_url)
+    assert r.returncode == 0, r.stderr
+    assert "You said: hello there" in r.stdout
+    r2 = stack.cli("chat", "-m", "/info --json", "--url", stack.ws_url)
+    info = json.loads(r2.stdout)
+    assert info["messages"] >= 2 and info["input_tokens"] > 0
+    r3 = stack.cli("chat", "-m", "/new fresh", "--url", stack.ws_url)
+    assert r3.returncode == 0 and "New dialog" in r3.stdout
+    r4 = stack.cli("chat", "-m", "/info --json", "--url", stack.ws_url)
+    assert json.loads(r4.stdout)["title"] == "fresh"
+
+
+def test_provider_failure_is_a_clear_failed_turn_without_the_key(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    add_rule(llm, "boom-please", *[{"error": {"status": 500, "message": "upstream exploded"}}] * 5)
+    c = stack.client()
+    done = c.ask("boom-please")
+    assert done["status"] == "failed"
+    assert "provider" in done["error"].lower()
+    assert API_KEY not in json.dumps(c.frames)
+    assert API_KEY not in stack.all_logs()
+    db = (stack.home / "data" / "picobot.db").read_bytes()
+    assert API_KEY.encode() not in db
+
+
+def test_health_reports_every_dependency(stack: Stack) -> None:
+    h = httpx.get(stack.http + "/health").json()
+    for name in ("database", "redis", "workers", "beat", "provider"):
+        assert name in h["checks"]
+    assert h["checks"]["database"]["ok"] and h["checks"]["redis"]["ok"] and h["checks"]["workers"]["ok"]
+    deadline = time.monotonic() + 20
+    while not httpx.get(stack.http + "/health").json()["checks"]["beat"]["ok"]:
+        assert time.monotonic() < deadline, "beat never became healthy"
+        time.sleep(0.5)
