@@ -24,7 +24,7 @@ import anthropic  # noqa: E402
 import httpx  # noqa: E402
 import openai  # noqa: E402
 
-from picobot.domain.messages import ChatMessage, ToolCall  # noqa: E402
+from picobot.domain.messages import ChatMessage  # noqa: E402
 from picobot.errors import (  # noqa: E402
     ConfigError,
     ContextLengthExceeded,

@@ -59,7 +59,7 @@ def make_celery(config: Config) -> PicoCelery:
         task_send_sent_event=True,
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
-        beat_scheduler="redbeat.RedBeatScheduler",
+        beat_scheduler="worker.beat.PicoBeatScheduler",
         redbeat_redis_url=url,
         redbeat_lock_timeout=max(30, int(sweep_every * 6)),
         beat_max_loop_interval=max(1, min(5, int(sweep_every))),

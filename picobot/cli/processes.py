@@ -28,7 +28,7 @@ def worker_argv(concurrency: int = 200, queues: str = "turns,maintenance", name:
 
 
 def beat_argv() -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "worker.app", "beat", "-S", "redbeat.RedBeatScheduler",
+    return [sys.executable, "-m", "celery", "-A", "worker.app", "beat", "-S", "worker.beat.PicoBeatScheduler",
             "--loglevel", "INFO"]
 
 

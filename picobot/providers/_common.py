@@ -1,0 +1,329 @@
+"""Shared provider machinery: retries, error mapping, secret redaction, the closable stream.
+
+No SDK imports here; provider modules translate SDK objects before they reach this code.
+"""
+
+from __future__ import annotations
+
+import base64
+import email.utils
+import logging
+import mimetypes
+import os
+import queue
+import random
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
+
+from picobot.errors import (
+    ContextLengthExceeded,
+    ProviderAuthError,
+    ProviderBadRequest,
+    ProviderError,
+    ProviderRateLimited,
+    ProviderUnavailable,
+)
+from picobot.providers.base import ProviderEvent
+
+log = logging.getLogger("picobot.providers")
+
+NO_KEY = "no-key"  # sent when no key is configured, so the SDKs never read keys from the environment
+REDACTED = "[redacted]"
+_SENSITIVE_HEADER = re.compile(r"auth|key|token|secret|cookie|signature", re.I)
+_HEADER_VALUE = re.compile(
+    r"(?i)((?:authorization|proxy-authorization|x-api-key|api[-_]?key|access[-_]?token)[\"']?\s*[:=]\s*[\"']?)"
+    r"(?:(bearer|basic)\s+)?[^\s\"',}]+"
+)
+_BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
+_KEY_SHAPED = re.compile(r"\bsk-[A-Za-z0-9_-]{12,}")
+_OVERFLOW_PHRASES = (
+    "context_length_exceeded", "maximum context length", "context window", "prompt is too long",
+    "input is too long", "reduce the length of the messages", "model_context_window_exceeded",
+)
+
+
+# --- secrets ----------------------------------------------------------------------
+
+
+@dataclass
+class Redactor:
+    """Removes configured secrets and anything shaped like an auth header or key from text."""
+
+    secrets: list[str] = field(default_factory=list)
+
+    @classmethod
+    def for_config(cls, api_key: str | None, extra_headers: Mapping[str, str] | None) -> Redactor:
+        secrets = [api_key] if api_key else []
+        for name, value in (extra_headers or {}).items():
+            if _SENSITIVE_HEADER.search(name) and value:
+                secrets.append(value)
+                secrets.extend(part for part in value.split() if len(part) >= 8)
+        return cls(sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True))
+
+    def __call__(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, REDACTED)
+        text = _HEADER_VALUE.sub(lambda m: m.group(1) + (m.group(2) + " " if m.group(2) else "") + REDACTED, text)
+        text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+        return _KEY_SHAPED.sub(REDACTED, text)
+
+
+# --- errors -----------------------------------------------------------------------
+
+
+def looks_like_context_overflow(text: str) -> bool:
+    lowered = text.lower()
+    return any(phrase in lowered for phrase in _OVERFLOW_PHRASES)
+
+
+def error_for_status(
+    status: int, message: str, *, provider: str, redact: Redactor, overflow: bool = False,
+    retry_after: float | None = None,
+) -> ProviderError:
+    """The PicoBot error for an HTTP status (or an in-stream error when status < 400)."""
+    where = f"HTTP {status}" if status >= 400 else "stream error"
+    text = redact(f"provider {provider!r}: {where}: {message}")
+    if overflow:
+        cls: type[ProviderError] = ContextLengthExceeded
+    elif status == 429:
+        cls = ProviderRateLimited
+    elif status in (401, 403):
+        cls = ProviderAuthError
+    elif status == 408 or status >= 500 or status < 400:
+        cls = ProviderUnavailable
+    else:
+        cls = ProviderBadRequest
+    err = cls(text, status=status if status >= 400 else None, provider=provider)
+    err.retry_after = retry_after  # type: ignore[attr-defined]  # read by RetryingStream
+    return err
+
+
+def unavailable(provider: str, message: str, redact: Redactor) -> ProviderUnavailable:
+    return ProviderUnavailable(redact(f"provider {provider!r}: {message}"), provider=provider)
+
+
+def parse_retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds from retry-after-ms / retry-after (seconds or an HTTP date), or None."""
+    if not headers:
+        return None
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) / divisor)
+        except ValueError:
+            parsed = email.utils.parsedate_tz(value)
+            if parsed is not None:
+                return max(0.0, email.utils.mktime_tz(parsed) - time.time())
+    return None
+
+
+def api_message(body: object, fallback: str) -> str:
+    """The human message of an error body in OpenAI or Anthropic shape."""
+    if isinstance(body, dict):
+        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        message = inner.get("message") if isinstance(inner, dict) else None
+        if isinstance(message, str) and message:
+            return message
+    if isinstance(body, str) and body.strip():
+        return body.strip()[:500]
+    return fallback
+
+
+# --- retries ----------------------------------------------------------------------
+
+
+@dataclass
+class RetryPolicy:
+    max_retries: int = 2
+    base_delay: float = 0.5  # seconds before the first retry, doubled each time
+    max_delay: float = 8.0
+    max_retry_after: float = 30.0  # a server's Retry-After is honoured up to this
+
+    def delay(self, retry: int, retry_after: float | None = None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after)
+        ceiling = min(self.max_delay, self.base_delay * (2**retry))
+        return ceiling * random.uniform(0.5, 1.0)  # jitter so clients that failed together spread out
+
+
+# --- the stream -------------------------------------------------------------------
+
+
+class Attempt(Protocol):
+    """One HTTP call: iterate events once; abort() may be called from another thread."""
+
+    def events(self) -> Iterator[ProviderEvent]: ...
+
+    def abort(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SdkAttempt:
+    """An Attempt over an SDK stream object with a `.response` (httpx2) and `.close()`."""
+
+    def __init__(self, sdk_stream: Any) -> None:
+        self.sdk_stream = sdk_stream
+
+    def events(self) -> Iterator[ProviderEvent]:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        shutdown_socket(getattr(self.sdk_stream, "response", None))
+
+    def close(self) -> None:
+        try:
+            self.sdk_stream.close()
+        except Exception:  # closing a broken stream may fail again; nothing left to do
+            pass
+
+
+def shutdown_socket(response: Any) -> None:
+    """Wake a thread blocked reading this response: closing a socket does not, shutdown does."""
+    extensions = getattr(response, "extensions", None) or {}
+    stream = extensions.get("network_stream")
+    try:
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, AttributeError):
+        pass
+
+
+_EVENT, _ERROR, _END = range(3)
+
+
+class RetryingStream:
+    """A ProviderStream: runs attempts in a worker thread, retrying until the first event.
+
+    The worker blocks in socket reads; the consumer waits on a queue, so close() from any
+    thread ends iteration at once (the worker is woken or finishes on its own, bounded by
+    the SDK timeout). Iteration after close() ends without a Completed event.
+    """
+
+    def __init__(self, open_attempt: Callable[[], Attempt], policy: RetryPolicy, *, provider: str) -> None:
+        self._open_attempt = open_attempt
+        self._policy = policy
+        self._provider = provider
+        self._queue: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._attempt: Attempt | None = None
+        self._started = False
+        self._delivered = False
+        self.attempts = 0
+
+    def __iter__(self) -> Iterator[ProviderEvent]:
+        with self._lock:
+            if self._started:
+                raise RuntimeError("a provider stream can be iterated only once")
+            self._started = True
+        if not self._closed.is_set():
+            threading.Thread(target=self._produce, name=f"llm-{self._provider}", daemon=True).start()
+        return self._consume()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._queue.put((_END, None))
+        with self._lock:
+            attempt = self._attempt
+        if attempt is not None:
+            attempt.abort()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def _consume(self) -> Iterator[ProviderEvent]:
+        try:
+            while not self._closed.is_set():
+                kind, value = self._queue.get()
+                if self._closed.is_set() or kind == _END:
+                    return
+                if kind == _ERROR:
+                    raise value
+                yield value
+        finally:
+            self.close()
+
+    def _produce(self) -> None:
+        retry = 0
+        while not self._closed.is_set():
+            try:
+                self._run_attempt()
+                self._queue.put((_END, None))
+                return
+            except ProviderError as err:
+                err.__context__ = err.__cause__ = None  # drop SDK objects (they hold request headers)
+                if self._closed.is_set():
+                    return
+                if self._delivered or not err.retryable or retry >= self._policy.max_retries:
+                    self._queue.put((_ERROR, err))
+                    return
+                delay = self._policy.delay(retry, getattr(err, "retry_after", None))
+                retry += 1
+                log.warning("%s; retry %d/%d in %.2fs", err, retry, self._policy.max_retries, delay)
+                if self._closed.wait(delay):
+                    return
+            except BaseException as err:  # a bug: surface it to the consumer, not a dead thread
+                self._queue.put((_ERROR, err))
+                return
+
+    def _run_attempt(self) -> None:
+        self.attempts += 1
+        attempt = self._open_attempt()
+        with self._lock:
+            self._attempt = attempt
+        try:
+            if self._closed.is_set():
+                return
+            for event in attempt.events():
+                if self._closed.is_set():
+                    return
+                self._delivered = True
+                self._queue.put((_EVENT, event))
+        finally:
+            with self._lock:
+                self._attempt = None
+            attempt.close()
+
+
+# --- media ------------------------------------------------------------------------
+
+MAX_INLINE_IMAGE_BYTES = 20 * 1024 * 1024
+
+
+def read_image(path: str, mime: str | None) -> tuple[str, str] | None:
+    """(mime, base64 data) of a readable local image file, else None."""
+    mime = mime or mimetypes.guess_type(path)[0] or ""
+    if not mime.startswith("image/"):
+        return None
+    try:
+        if os.path.getsize(path) > MAX_INLINE_IMAGE_BYTES:
+            return None
+        with open(path, "rb") as f:
+            return mime, base64.b64encode(f.read()).decode("ascii")
+    except OSError:
+        return None
+
+
+def media_note(block: Mapping[str, Any]) -> str:
+    name = os.path.basename(str(block.get("path") or "file"))
+    mime = block.get("mime") or mimetypes.guess_type(name)[0] or "unknown type"
+    return f"[attachment {name} ({mime}) could not be shown to the model]"
+
+
+def split_data_url(url: str) -> tuple[str, str] | None:
+    """(mime, base64 data) of a base64 data: URL, else None."""
+    match = re.match(r"data:([^;,]+);base64,(.*)", url, re.S)
+    return (match.group(1), match.group(2)) if match else None
+
+
+def join_nonempty(parts: Iterable[str], sep: str = "\n\n") -> str:
+    return sep.join(p for p in parts if p)

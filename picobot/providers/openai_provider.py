@@ -1,0 +1,283 @@
+"""OpenAI Chat Completions (and any OpenAI-compatible endpoint) through the official SDK.
+
+The SDK is imported when a provider is constructed, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from picobot.domain.messages import ChatMessage, Content, ToolCall, Usage, text_of
+from picobot.errors import ProviderError
+from picobot.providers._common import (
+    NO_KEY,
+    Redactor,
+    RetryingStream,
+    RetryPolicy,
+    SdkAttempt,
+    api_message,
+    error_for_status,
+    looks_like_context_overflow,
+    media_note,
+    parse_retry_after,
+    read_image,
+    unavailable,
+)
+from picobot.providers.base import (
+    ChatRequest,
+    Completed,
+    ProviderEvent,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+)
+
+FINISH_REASONS = {"stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_calls", "length": "length"}
+
+
+class OpenAIProvider:
+    """A Provider for the Chat Completions API."""
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 2,
+        retry_policy: RetryPolicy | None = None,
+    ) -> None:
+        import openai
+
+        self.key = key
+        self._sdk = openai
+        self._timeout = timeout
+        self._redact = Redactor.for_config(api_key, extra_headers)
+        self._policy = retry_policy or RetryPolicy(max_retries=max_retries)
+        # max_retries=0: our RetryingStream retries, so the count is ours and only before the first event
+        self._client = openai.OpenAI(
+            api_key=api_key or NO_KEY,
+            base_url=base_url or None,
+            timeout=timeout,
+            max_retries=0,
+            default_headers=dict(extra_headers or {}),
+        )
+
+    @classmethod
+    def from_config(cls, key: str, cfg: Any) -> OpenAIProvider:
+        return cls(
+            key,
+            base_url=cfg.base_url,
+            api_key=cfg.api_key,
+            extra_headers=getattr(cfg, "extra_headers", None) or {},
+            timeout=float(cfg.llm_timeout_secs),
+            max_retries=int(cfg.max_retries),
+        )
+
+    def stream(self, request: ChatRequest) -> RetryingStream:
+        kwargs = self._request_kwargs(request)
+        return RetryingStream(lambda: self._open(kwargs), self._policy, provider=self.key)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _request_kwargs(self, request: ChatRequest) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": request.model,
+            "messages": to_openai_messages(request.messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            kwargs["tools"] = [_tool(t) for t in request.tools]
+        if request.temperature is not None:
+            kwargs["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            kwargs["max_tokens"] = request.max_tokens
+        if request.options:
+            kwargs["extra_body"] = dict(request.options)
+        return kwargs
+
+    def _open(self, kwargs: dict[str, Any]) -> _OpenAIAttempt:
+        try:
+            sdk_stream = self._client.chat.completions.create(**kwargs)
+        except Exception as exc:
+            raise self._map_error(exc) from None
+        return _OpenAIAttempt(sdk_stream, self)
+
+    def _map_error(self, exc: BaseException) -> BaseException:
+        """The PicoBot error for an SDK/transport failure; other exceptions pass through."""
+        sdk = self._sdk
+        if isinstance(exc, ProviderError):
+            return exc
+        if isinstance(exc, sdk.APIStatusError):
+            message = api_message(exc.body, exc.message)
+            overflow = exc.code == "context_length_exceeded" or looks_like_context_overflow(message)
+            return error_for_status(exc.status_code, message, provider=self.key, redact=self._redact,
+                                    overflow=overflow, retry_after=parse_retry_after(exc.response.headers))
+        if isinstance(exc, sdk.APITimeoutError):
+            return unavailable(self.key, f"timed out after {self._timeout:g}s", self._redact)
+        if isinstance(exc, sdk.APIConnectionError):
+            return unavailable(self.key, f"connection failed: {exc.__cause__ or exc.message}", self._redact)
+        if isinstance(exc, sdk.APIError):  # an error event inside the stream
+            message = api_message(exc.body, exc.message)
+            overflow = exc.code == "context_length_exceeded" or looks_like_context_overflow(message)
+            return error_for_status(0, message, provider=self.key, redact=self._redact, overflow=overflow)
+        if isinstance(exc, _transport_errors()) or isinstance(exc, ValueError):
+            return unavailable(self.key, f"broken response: {type(exc).__name__}: {exc}", self._redact)
+        return exc
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    import httpx2
+
+    return (httpx2.HTTPError, httpx2.StreamError)
+
+
+@dataclass
+class _ToolAcc:
+    index: int
+    id: str
+    name: str
+    arguments: str = ""
+
+
+class _OpenAIAttempt(SdkAttempt):
+    def __init__(self, sdk_stream: Any, provider: OpenAIProvider) -> None:
+        super().__init__(sdk_stream)
+        self._provider = provider
+
+    def events(self) -> Iterator[ProviderEvent]:
+        try:
+            yield from self._translate()
+        except Exception as exc:
+            raise self._provider._map_error(exc) from None
+
+    def _translate(self) -> Iterator[ProviderEvent]:
+        text: list[str] = []
+        reasoning: list[str] = []
+        tools: dict[int, _ToolAcc] = {}
+        usage = Usage()
+        finish: str | None = None
+        # Chunks are built without validation: compatible servers may leave fields out, hence getattr.
+        for chunk in self.sdk_stream:
+            chunk_usage = getattr(chunk, "usage", None)
+            if chunk_usage is not None:
+                usage = Usage(chunk_usage.prompt_tokens or 0, chunk_usage.completion_tokens or 0)
+            for choice in (getattr(chunk, "choices", None) or [])[:1]:
+                delta = getattr(choice, "delta", None)
+                if delta is not None:
+                    yield from _delta_events(delta, text, reasoning, tools)
+                finish = getattr(choice, "finish_reason", None) or finish
+        if finish is None:
+            raise unavailable(self._provider.key, "stream ended before the response was complete",
+                              self._provider._redact)
+        yield _completed(text, reasoning, tools, usage, finish)
+
+
+def _delta_events(delta: Any, text: list[str], reasoning: list[str], tools: dict[int, _ToolAcc]) -> Iterator[ProviderEvent]:
+    thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+    if isinstance(thought, str) and thought:
+        reasoning.append(thought)
+        yield ReasoningDelta(thought)
+    content = getattr(delta, "content", None)
+    if content:
+        text.append(content)
+        yield TextDelta(content)
+    for call in getattr(delta, "tool_calls", None) or []:
+        function = getattr(call, "function", None)
+        slot = _slot(call, tools)
+        acc = tools.get(slot)
+        first = acc is None
+        if acc is None:
+            acc = tools[slot] = _ToolAcc(len(tools), getattr(call, "id", None) or f"call_{uuid.uuid4().hex[:24]}",
+                                         getattr(function, "name", None) or "")
+        piece = getattr(function, "arguments", None) or ""
+        acc.arguments += piece
+        if first or piece:
+            yield ToolCallDelta(acc.index, acc.id if first else None, acc.name if first else None, piece)
+
+
+def _slot(call: Any, tools: dict[int, _ToolAcc]) -> int:
+    """The accumulator key of a tool-call delta: its index, or (servers that omit it) its id."""
+    index = getattr(call, "index", None)
+    if index is not None:
+        return int(index)
+    call_id = getattr(call, "id", None)
+    known = next((k for k, acc in tools.items() if call_id and acc.id == call_id), None)
+    if known is not None:
+        return known
+    if call_id or not tools:
+        return -1 - len(tools)  # a new call; negative keys cannot clash with real indexes
+    return next(reversed(tools))  # a continuation of the latest call
+
+
+def _completed(text: list[str], reasoning: list[str], tools: dict[int, _ToolAcc], usage: Usage, finish: str) -> Completed:
+    calls = [ToolCall(a.id, a.name, a.arguments or "{}") for a in sorted(tools.values(), key=lambda a: a.index)]
+    stop = FINISH_REASONS.get(finish, finish)
+    if calls and stop == "stop":  # some compatible servers say "stop" after tool calls
+        stop = "tool_calls"
+    message = ChatMessage(role="assistant", content="".join(text), tool_calls=calls,
+                          reasoning_content="".join(reasoning) or None)
+    return Completed(message=message, usage=usage, stop_reason=stop)
+
+
+# --- request conversion -------------------------------------------------------------
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": spec.name, "description": spec.description,
+                                             "parameters": spec.parameters}}
+
+
+def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    return [_wire_message(m) for m in messages]
+
+
+def _wire_message(m: ChatMessage) -> dict[str, Any]:
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": text_of(m.content)}
+    if m.role == "assistant":
+        out: dict[str, Any] = {"role": "assistant", "content": text_of(m.content) or None}
+        if m.tool_calls:
+            out["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments or "{}"}}
+                for c in m.tool_calls
+            ]
+        elif out["content"] is None:
+            out["content"] = ""
+        if m.reasoning_content:
+            out["reasoning_content"] = m.reasoning_content  # DeepSeek needs it back on tool-call turns
+        return out
+    if m.role == "user":
+        return {"role": "user", "content": user_content(m.content)}
+    return {"role": m.role, "content": text_of(m.content)}
+
+
+def user_content(content: Content) -> str | list[dict[str, Any]]:
+    """A string when the content is all text (widest server support), else content parts."""
+    if isinstance(content, str):
+        return content
+    parts = [p for p in (_part(b) for b in content) if p is not None]
+    if all(p["type"] == "text" for p in parts):
+        return "\n".join(p["text"] for p in parts)
+    return parts
+
+
+def _part(block: dict[str, Any]) -> dict[str, Any] | None:
+    kind = block.get("type")
+    if kind == "text":
+        return {"type": "text", "text": block.get("text", "")}
+    if kind == "image_url":
+        return {"type": "image_url", "image_url": {"url": block.get("url", "")}}
+    if kind == "media":
+        image = read_image(str(block.get("path") or ""), block.get("mime"))
+        if image is not None:
+            return {"type": "image_url", "image_url": {"url": f"data:{image[0]};base64,{image[1]}"}}
+        return {"type": "text", "text": media_note(block)}
+    return None
