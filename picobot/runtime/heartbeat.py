@@ -14,8 +14,8 @@ from picobot.runtime import keys
 
 log = logging.getLogger("picobot.heartbeat")
 
-INTERVAL_SECS = 5
-TTL_SECS = 15
+INTERVAL_SECS = 2
+TTL_SECS = 7  # a killed worker's turns are recovered this long after its death
 
 
 def start_heartbeat(r: redis.Redis, name: str) -> threading.Event:

@@ -21,7 +21,7 @@ from picobot.storage.models import INBOUND_FAILED, TURN_INTERRUPTED, InboundRow
 log = logging.getLogger("picobot.sweeper")
 
 MARKER_TURN_ERROR = "turn_error"
-GRACE_SECS = 1.5  # a live worker re-takes a lease Redis lost within about a second
+GRACE_SECS = 2.5  # a live worker re-takes a lost lease within ~1 s and re-beats within 2 s
 
 
 def sweep(rt: Runtime) -> dict[str, int]:
@@ -51,12 +51,18 @@ def sweep(rt: Runtime) -> dict[str, int]:
     return {"woken": woken, "interrupted": interrupted}
 
 
+def _worker_alive(rt: Runtime, worker: str) -> bool:
+    return bool(worker) and bool(rt.redis.exists(keys.WORKER_PREFIX + worker))
+
+
 def _interrupt_dead_turns(rt: Runtime, session_id: str) -> int:
     max_attempts = rt.config.gateway.max_turn_attempts
     count = 0
     failed: list[tuple[str, list[int]]] = []
     with rt.db.write() as s:
         for turn in turns.running(s, session_id):
+            if _worker_alive(rt, turn.worker):
+                continue  # a live worker re-takes a lease it lost (slow renewal, Redis restart)
             count += 1
             turn.status = TURN_INTERRUPTED
             turn.finished_at = time.time()

@@ -24,7 +24,7 @@ from picobot.runtime.services import Runtime
 from picobot.runtime.session_messages import SessionMessenger
 from picobot.storage import inbound, messages, sessions, turns
 from picobot.storage.models import (
-    INBOUND_DONE, TURN_CANCELLED, TURN_COMPLETED, TURN_FAILED, InboundRow, TurnRow,
+    INBOUND_DONE, TURN_CANCELLED, TURN_COMPLETED, TURN_FAILED, TURN_INTERRUPTED, InboundRow, TurnRow,
 )
 from picobot.tools.base import ToolContext
 
@@ -102,6 +102,7 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> bool:
         rt.stop_watcher.unregister(session_id, cancel)
     if keeper.lost:
         log.warning("turn %s lost its lease; its input will be re-run", claimed.turn_id)
+        _abandon(rt, claimed.turn_id)
         return False
     committed = _commit(rt, claimed, session_id, result)
     status = result.status if committed else "interrupted"
@@ -113,6 +114,16 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> bool:
         "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
     })
     return committed
+
+
+def _abandon(rt: Runtime, turn_id: str) -> None:
+    """Give a turn's input back to the queue without storing anything of the turn."""
+    with rt.db.write() as s:
+        turn = s.get(TurnRow, turn_id)
+        if turn is not None and turn.status == "running":
+            turn.status = TURN_INTERRUPTED
+            turn.error = "the turn lost its session lease"
+            inbound.release_claims(s, turn_id)
 
 
 def _zero_usage():  # type: ignore[no-untyped-def]
