@@ -64,3 +64,13 @@ def test_health_reports_every_dependency(stack: Stack) -> None:
     while not httpx.get(stack.http + "/health").json()["checks"]["beat"]["ok"]:
         assert time.monotonic() < deadline, "beat never became healthy"
         time.sleep(0.5)
+
+
+def test_shell_commands_never_see_credentials(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    add_rule(llm, "show-env", {"tool_calls": [{"name": "bash", "arguments": {"command": "env; echo KEY=$PICOBOT_TEST_KEY"}}]},
+             {"content": "done"})
+    c = stack.client()
+    assert c.ask("show-env")["status"] == "completed"
+    sent = json.dumps(llm.requests()[-1]["body"])
+    assert "PICOBOT_HOME" in sent  # the environment was listed ...
+    assert API_KEY not in sent and "REDIS_URL" not in sent  # ... without credentials

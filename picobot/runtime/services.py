@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from functools import cached_property
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -42,6 +43,12 @@ class Runtime:
     _publisher: EventPublisher | None = None
     _stop_watcher: StopWatcher | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @cached_property
+    def secrets(self) -> frozenset[str]:
+        from picobot.config.secrets import secret_values
+
+        return frozenset(secret_values(self.config))
 
     @property
     def publisher(self) -> EventPublisher:

@@ -166,7 +166,7 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
         session_id=session_id, channel=claimed.channel, chat_id=claimed.chat_id,
         sender_id=claimed.rows[0].sender_id, turn_id=claimed.turn_id, workspace=workspace, cancel=cancel,
         timezone=cfg.time.timezone, send_message=SessionMessenger(rt, session_id, claimed.channel, claimed.chat_id),
-        settings=cfg.tools.model_dump(),
+        settings=cfg.tools.model_dump(), secrets=rt.secrets,
     )
     history = [runtime_note(cfg.time.timezone, claimed.channel, workspace)] + claimed.history
 

@@ -28,6 +28,8 @@ class ToolContext:
     send_message: SendMessage | None = None
     # Tool settings from config `tools` (bash timeout, output caps, http limits...).
     settings: dict[str, Any] = field(default_factory=dict)
+    # Secret values (API keys, tokens) to scrub from every tool result before the model sees it.
+    secrets: frozenset[str] = frozenset()
 
 
 class Tool:

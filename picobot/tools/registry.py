@@ -15,6 +15,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from picobot.domain.messages import ToolCall
+from picobot.config.secrets import redact
 from picobot.errors import ToolError, TurnCancelled
 from picobot.providers.base import ToolSpec
 from picobot.tools.base import Tool, ToolContext, ToolResult
@@ -73,7 +74,8 @@ class ToolRegistry:
         """Run one tool call. Results over max_chars (if > 0) are truncated with a marker."""
         ctx.cancel.raise_if_cancelled()
         result = self._run(call, ctx)
-        return ToolResult(truncate(result.content, max_chars), result.is_error)
+        content = redact(result.content, ctx.secrets) if ctx.secrets else result.content
+        return ToolResult(truncate(content, max_chars), result.is_error)
 
     def _run(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         tool = self._tools.get(call.name)

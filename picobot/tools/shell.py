@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from picobot.config.secrets import is_secret_key
 from picobot.errors import ToolError, TurnCancelled
 from picobot.tools.base import Tool, ToolContext
 from picobot.tools.files import workspace_root
@@ -101,9 +102,20 @@ def kill_process_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
+def command_env() -> dict[str, str]:
+    """The process environment minus credentials: commands the model writes never see keys."""
+    return {k: v for k, v in os.environ.items()
+            if not (is_secret_key(k) or k in _INFRA_VARS or k.startswith(_INFRA_PREFIXES))}
+
+
+_INFRA_VARS = {"DATABASE_URL", "REDIS_URL", "PICOBOT_TOKEN"}
+_INFRA_PREFIXES = ("OPENAI_", "ANTHROPIC_", "FEISHU_", "TELEGRAM_")
+
+
 def _start(command: str, cwd: str) -> subprocess.Popen[bytes]:
     common: dict[str, Any] = {
         "cwd": cwd,
+        "env": command_env(),
         "stdin": subprocess.DEVNULL,
         "stdout": subprocess.PIPE,
         "stderr": subprocess.STDOUT,
