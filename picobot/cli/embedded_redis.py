@@ -64,8 +64,12 @@ def start_embedded(data_dir: Path, port: int | None = None) -> tuple[subprocess.
     raise RuntimeError("the embedded redis-server did not start within 10 s")
 
 
-def choose_redis(explicit_url: str | None, data_dir: Path) -> tuple[str, subprocess.Popen | None]:
+def choose_redis(explicit_url: str | None, data_dir: Path,
+                 force_embedded: bool = False) -> tuple[str, subprocess.Popen | None]:
     """(url, process we started or None)."""
+    if force_embedded:
+        proc, url = start_embedded(data_dir)
+        return url, proc
     if explicit_url:
         if not redis_answers(explicit_url, timeout=2):
             raise RuntimeError("REDIS_URL is set but Redis does not answer there")

@@ -43,12 +43,16 @@ class Gateway:
             row, created = inbound.enqueue(s, sess.id, msg.channel, msg.content, msg.sender_id, mode,
                                            msg.platform_message_id)
             session_id, seq = sess.id, row.seq
-        busy = is_held(self.rt.redis, session_id)
-        fate = ("queued" if mode == MODE_QUEUE else "steered") if busy else "started"
-        if created:
+        if not created:
+            return Reply("accepted", session_id=session_id, seq=seq, fate="duplicate")
+        try:
+            busy = is_held(self.rt.redis, session_id)
             self.rt.queue.enqueue_turn(session_id)
-        else:
-            fate = "duplicate"
+        except Exception as exc:  # stored already: the sweeper starts it once Redis is back
+            log.warning("input %s#%d stored but not enqueued (%s); the sweeper will run it", session_id, seq,
+                        type(exc).__name__)
+            return Reply("accepted", session_id=session_id, seq=seq, fate="queued")
+        fate = ("queued" if mode == MODE_QUEUE else "steered") if busy else "started"
         return Reply("accepted", session_id=session_id, seq=seq, fate=fate)
 
     def _check(self, content: Content) -> tuple[str, str] | None:

@@ -30,6 +30,9 @@ class EventPublisher:
         self._last: dict[str, float] = {}
         self._counter = 0
         self._thread: threading.Thread | None = None
+        # Serialises a turn's last snapshot against its terminal event, so nothing stale follows it.
+        self._publish_lock = threading.Lock()
+        self._finished: dict[str, float] = {}
 
     def publish(self, event: dict[str, Any]) -> None:
         """Publish an event to the watchers of its session now."""
@@ -62,14 +65,18 @@ class EventPublisher:
 
         return notify
 
-    def finish(self, turn_key: str, final_event: dict[str, Any]) -> None:
-        """Publish the last snapshot (if one is waiting) and then the terminal event."""
+    def finish(self, turn_key: str, final_event: dict[str, Any], last_snapshot: dict[str, Any] | None = None) -> None:
+        """Publish the turn's final snapshot and then its terminal event; later snapshots are dropped."""
         with self._cond:
-            pending = self._pending.pop(turn_key, None)
+            self._pending.pop(turn_key, None)
             self._last.pop(turn_key, None)
-        if pending is not None:
-            self.publish(pending())
-        self.publish(final_event)
+        with self._publish_lock:
+            now = time.monotonic()
+            self._finished = {k: t for k, t in self._finished.items() if now - t < 300}
+            self._finished[turn_key] = now
+            if last_snapshot is not None:
+                self.publish(last_snapshot)
+            self.publish(final_event)
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -91,4 +98,6 @@ class EventPublisher:
                 if snapshot is None:
                     continue
                 self._last[turn_key] = time.monotonic()
-            self.publish(snapshot())
+            with self._publish_lock:
+                if turn_key not in self._finished:
+                    self.publish(snapshot())

@@ -85,7 +85,7 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> bool:
     if claimed is None:
         return False
     cancel = CancelToken()
-    controller = TurnController(session_id, claimed.turn_id, show_tool_results=True)
+    controller = TurnController(session_id, claimed.turn_id, show_tool_results=rt.config.gateway.show_tool_results)
     turn_key = f"{session_id}#{claimed.turn_id}"
     controller._listener = rt.publisher.snapshot_listener(turn_key, controller.snapshot)
     keeper = _LeaseKeeper(rt, lease, session_id, cancel)
@@ -103,16 +103,20 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> bool:
     if keeper.lost:
         log.warning("turn %s lost its lease; its input will be re-run", claimed.turn_id)
         _abandon(rt, claimed.turn_id)
-        return False
-    committed = _commit(rt, claimed, session_id, result)
+        committed = False
+    else:
+        committed = _commit(rt, claimed, session_id, result)
     status = result.status if committed else "interrupted"
     controller.finish(status)
+    seqs = list(dict.fromkeys([r.seq for r in claimed.rows] + controller.inbound_seqs))
     rt.publisher.finish(turn_key, {
         "type": "turn_completed", "session_id": session_id, "turn_id": claimed.turn_id, "status": status,
-        "final_text": result.final_text, "error": result.error, "inbound_seqs": [r.seq for r in claimed.rows] +
-        [s for s in controller.inbound_seqs if s not in {r.seq for r in claimed.rows}],
+        "final_text": result.final_text if committed else "", "error": result.error if committed else
+        "This turn was interrupted; its messages will be answered by a new turn.",
+        # an interrupted turn answers nothing: its input goes back to the queue and is re-run
+        "inbound_seqs": seqs if committed else [],
         "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
-    })
+    }, last_snapshot=controller.snapshot())
     return committed
 
 
