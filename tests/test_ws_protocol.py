@@ -164,3 +164,31 @@ def test_agent_prompt_is_the_first_system_message(stack: Stack, llm) -> None:  #
     assert hist[0]["role"] == "system" and hist[0]["marker"] == "agent_prompt"
     assert (stack.home / "agent" / "AGENT.md").exists()
     assert json.dumps(hist).count("agent_prompt") == 1
+
+
+def test_tool_calls_of_one_response_run_concurrently(stack: Stack, llm, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # each command waits for the other's file: run one after the other, the first would give up
+    a, b = tmp_path / "a", tmp_path / "b"
+    wait = "for i in $(seq 100); do [ -f {peer} ] && echo met && exit 0; sleep 0.05; done; echo alone; exit 1"
+    add_rule(llm, "rendezvous", {"tool_calls": [
+        {"name": "bash", "arguments": {"command": f"touch {a}; " + wait.format(peer=b)}},
+        {"name": "bash", "arguments": {"command": f"touch {b}; " + wait.format(peer=a)}},
+    ]}, {"content": "both met"})
+    c = stack.client()
+    assert c.ask("rendezvous")["status"] == "completed"
+    results = [m["content"] for m in _history(c) if m["role"] == "tool"]
+    assert len(results) == 2 and all("met" in r and "alone" not in r for r in results), results
+
+
+def test_closed_sockets_free_their_subscriptions(stack: Stack) -> None:
+    before = stack.health()["connections"]
+    clients = [stack.client() for _ in range(5)]
+    assert stack.health()["connections"] == before + 5
+    for c in clients:
+        c.close()
+    import time
+
+    deadline = time.monotonic() + 10
+    while stack.health()["connections"] != before:
+        assert time.monotonic() < deadline, "closed sockets stayed registered"
+        time.sleep(0.1)

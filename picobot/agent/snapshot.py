@@ -21,7 +21,7 @@ class TurnController:
         self.revision = 0
         self.status = "running"
         self.inbound_seqs: list[int] = []
-        self._listener = listener
+        self.listener = listener
         self._show_results = show_tool_results
         self._preview = result_preview_chars
         self._lock = threading.RLock()
@@ -115,5 +115,5 @@ class TurnController:
 
     def _bump(self) -> None:
         self.revision += 1
-        if self._listener is not None:
-            self._listener()
+        if self.listener is not None:
+            self.listener()

@@ -16,7 +16,7 @@ from picobot.agent.context import agent_prompt, needs_agent_prompt, runtime_note
 from picobot.agent.loop import AgentLoop, LoopResult, LoopSettings
 from picobot.agent.snapshot import TurnController
 from picobot.domain.cancel import CancelToken
-from picobot.domain.messages import ChatMessage
+from picobot.domain.messages import ChatMessage, Usage
 from picobot.errors import ConfigError, PicoBotError
 from picobot.runtime import control
 from picobot.runtime.lease import Lease
@@ -87,7 +87,7 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> bool:
     cancel = CancelToken()
     controller = TurnController(session_id, claimed.turn_id, show_tool_results=rt.config.gateway.show_tool_results)
     turn_key = f"{session_id}#{claimed.turn_id}"
-    controller._listener = rt.publisher.snapshot_listener(turn_key, controller.snapshot)
+    controller.listener = rt.publisher.snapshot_listener(turn_key, controller.snapshot)
     keeper = _LeaseKeeper(rt, lease, session_id, cancel)
     rt.stop_watcher.register(session_id, cancel)
     keeper.start()
@@ -95,7 +95,7 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> bool:
         result = _execute(rt, claimed, session_id, controller, cancel)
     except Exception as exc:  # a bug or infrastructure failure: record it, never lose the input
         log.exception("turn %s crashed", claimed.turn_id)
-        result = LoopResult(messages=[], usage=_zero_usage(), status="failed",
+        result = LoopResult(messages=[], usage=Usage(), status="failed",
                             error=f"Internal error while running the turn ({type(exc).__name__}).")
     finally:
         keeper.stop()
@@ -130,12 +130,6 @@ def _abandon(rt: Runtime, turn_id: str) -> None:
             inbound.release_claims(s, turn_id)
 
 
-def _zero_usage():  # type: ignore[no-untyped-def]
-    from picobot.domain.messages import Usage
-
-    return Usage()
-
-
 def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnController,
              cancel: CancelToken) -> LoopResult:
     cfg = rt.config
@@ -154,7 +148,7 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
         resolved = cfg.agent(claimed.agent)
         provider = rt.provider(resolved.provider_key)
     except ConfigError as exc:
-        return LoopResult(messages=new, usage=_zero_usage(), status="failed",
+        return LoopResult(messages=new, usage=Usage(), status="failed",
                           error=f"No model is configured: {exc.reason}")
     settings = LoopSettings(
         model=resolved.model.model_id, temperature=resolved.model.temperature,
