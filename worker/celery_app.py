@@ -83,7 +83,7 @@ def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def
         return
     rt = app.runtime
     rt.worker_name = getattr(sender, "hostname", None) or rt.worker_name
-    start_heartbeat(rt.redis, rt.worker_name)
+    start_heartbeat(rt.redis, rt.worker_name, rt.active_turn_ids)
     app.send_task(SWEEP_TASK, queue=QUEUE_MAINTENANCE)  # recover what a previous run left behind
     log.info("worker %s ready", rt.worker_name)
 

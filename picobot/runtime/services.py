@@ -43,6 +43,15 @@ class Runtime:
     _publisher: EventPublisher | None = None
     _stop_watcher: StopWatcher | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    active_turns: set[str] = field(default_factory=set)  # turn ids running in this process
+
+    def active_turn_ids(self) -> list[str]:
+        with self._lock:
+            return list(self.active_turns)
+
+    def track_turn(self, turn_id: str, running: bool) -> None:
+        with self._lock:
+            (self.active_turns.add if running else self.active_turns.discard)(turn_id)
 
     @cached_property
     def secrets(self) -> frozenset[str]:

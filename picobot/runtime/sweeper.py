@@ -13,6 +13,7 @@ import time
 
 from picobot.domain.messages import ChatMessage
 from picobot.runtime import keys
+from picobot.runtime.heartbeat import worker_turns
 from picobot.runtime.lease import Lease, is_held
 from picobot.runtime.services import Runtime
 from picobot.storage import inbound, messages, turns
@@ -51,8 +52,13 @@ def sweep(rt: Runtime) -> dict[str, int]:
     return {"woken": woken, "interrupted": interrupted}
 
 
-def _worker_alive(rt: Runtime, worker: str) -> bool:
-    return bool(worker) and bool(rt.redis.exists(keys.WORKER_PREFIX + worker))
+def _still_running(rt: Runtime, worker: str, turn_id: str, started_at: float) -> bool:
+    """The turn's worker is alive and says it runs the turn (or started it after its last beat)."""
+    beat = worker_turns(rt.redis, worker)
+    if beat is None:
+        return False
+    at, running = beat
+    return turn_id in running or started_at > at - 1.0
 
 
 def _interrupt_dead_turns(rt: Runtime, session_id: str) -> int:
@@ -61,7 +67,7 @@ def _interrupt_dead_turns(rt: Runtime, session_id: str) -> int:
     failed: list[tuple[str, list[int]]] = []
     with rt.db.write() as s:
         for turn in turns.running(s, session_id):
-            if _worker_alive(rt, turn.worker):
+            if _still_running(rt, turn.worker, turn.id, turn.started_at):
                 continue  # a live worker re-takes a lease it lost (slow renewal, Redis restart)
             count += 1
             turn.status = TURN_INTERRUPTED

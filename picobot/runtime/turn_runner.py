@@ -66,11 +66,15 @@ class _Claimed:
 def _claim(rt: Runtime, session_id: str) -> _Claimed | None:
     turn_id = uuid.uuid4().hex
     with rt.db.write() as s:
-        sess = sessions.get(s, session_id)
+        sess = sessions.get_for_update(s, session_id)  # serialises claims of one session (PostgreSQL)
         if sess is None:
             return None
         if sess.deleted_at is not None:
             inbound.cancel_pending(s, session_id)
+            return None
+        if turns.running(s, session_id):
+            # SQL is the authority: a turn still runs (its worker may only have lost the Redis
+            # lease). Never start a second one; its worker, or the sweeper if it died, goes on.
             return None
         rows = inbound.claim_first(s, session_id, turn_id)
         if not rows:
@@ -84,6 +88,18 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> bool:
     claimed = _claim(rt, session_id)
     if claimed is None:
         return False
+    rt.track_turn(claimed.turn_id, True)
+    try:
+        return _run_claimed(rt, session_id, lease, claimed)
+    except Exception:
+        log.exception("turn %s could not be finished; its input goes back to the queue", claimed.turn_id)
+        _abandon(rt, claimed.turn_id)
+        return False
+    finally:
+        rt.track_turn(claimed.turn_id, False)
+
+
+def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed") -> bool:
     cancel = CancelToken()
     controller = TurnController(session_id, claimed.turn_id, show_tool_results=rt.config.gateway.show_tool_results)
     turn_key = f"{session_id}#{claimed.turn_id}"
@@ -230,7 +246,7 @@ class _LeaseKeeper:
         self._thread.join(timeout=2)
 
     def _run(self) -> None:
-        polls = 0
+        polls = failures = 0
         while not self._done.wait(0.25):
             try:
                 if control.stop_requested_since(self.rt.redis, self.session_id, self._started):
@@ -238,7 +254,8 @@ class _LeaseKeeper:
                 polls += 1
                 if polls * 0.25 >= self._interval:
                     polls = 0
-                    if not self.lease.renew():
+                    failures = 0 if self.lease.renew() else failures + 1
+                    if failures >= 3:  # held by another for 3 s: not a passing sweeper check
                         self.lost = True
                         self.cancel.cancel("lease lost")
             except PicoBotError:

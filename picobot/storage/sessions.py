@@ -22,6 +22,11 @@ def get(s: Session, session_id: str) -> SessionRow | None:
     return s.get(SessionRow, session_id)
 
 
+def get_for_update(s: Session, session_id: str) -> SessionRow | None:
+    """The session row, locked until the transaction ends (a no-op lock on SQLite's single writer)."""
+    return s.scalars(select(SessionRow).where(SessionRow.id == session_id).with_for_update()).first()
+
+
 def _live(row: SessionRow | None) -> bool:
     return row is not None and row.deleted_at is None and row.archived_at is None
 
