@@ -184,6 +184,58 @@ class SdkAttempt:
             pass
 
 
+class SdkProvider:
+    """What the SDK-backed providers share: settings, retries, redaction, streaming, closing.
+
+    Subclasses build their SDK client in `_make_client` and implement `_request_kwargs` and `_open`.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 2,
+        retry_policy: RetryPolicy | None = None,
+    ) -> None:
+        self.key = key
+        self._timeout = timeout
+        self._redact = Redactor.for_config(api_key, extra_headers)
+        self._policy = retry_policy or RetryPolicy(max_retries=max_retries)
+        # the SDK's own retries are off: ours are configurable and happen only before the first event
+        self._client = self._make_client(api_key or NO_KEY, base_url or None, dict(extra_headers or {}), timeout)
+
+    @classmethod
+    def from_config(cls, key: str, cfg: Any) -> Any:
+        return cls(
+            key,
+            base_url=cfg.base_url,
+            api_key=cfg.api_key,
+            extra_headers=getattr(cfg, "extra_headers", None) or {},
+            timeout=float(cfg.llm_timeout_secs),
+            max_retries=int(cfg.max_retries),
+        )
+
+    def stream(self, request: Any) -> "RetryingStream":
+        kwargs = self._request_kwargs(request)
+        return RetryingStream(lambda: self._open(kwargs), self._policy, provider=self.key)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _make_client(self, api_key: str, base_url: str | None, headers: dict[str, str], timeout: float) -> Any:
+        raise NotImplementedError
+
+    def _request_kwargs(self, request: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _open(self, kwargs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+
 def shutdown_socket(response: Any) -> None:
     """Wake a thread blocked reading this response: closing a socket does not, shutdown does."""
     extensions = getattr(response, "extensions", None) or {}

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from picobot.domain.messages import ChatMessage, Content, ToolCall, Usage, text_of
 from picobot.errors import ProviderError
 from picobot.providers._common import (
-    NO_KEY,
-    Redactor,
-    RetryingStream,
-    RetryPolicy,
+    SdkProvider,
     SdkAttempt,
     api_message,
     error_for_status,
@@ -43,54 +40,16 @@ STATE_TYPE = "anthropic"
 STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
 
 
-class AnthropicProvider:
+class AnthropicProvider(SdkProvider):
     """A Provider for the Messages API."""
 
-    def __init__(
-        self,
-        key: str,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        extra_headers: Mapping[str, str] | None = None,
-        timeout: float = 120.0,
-        max_retries: int = 2,
-        retry_policy: RetryPolicy | None = None,
-    ) -> None:
+    def _make_client(self, api_key: str, base_url: str | None, headers: dict[str, str], timeout: float) -> Any:
         import anthropic
 
-        self.key = key
         self._sdk = anthropic
-        self._timeout = timeout
-        self._redact = Redactor.for_config(api_key, extra_headers)
-        self._policy = retry_policy or RetryPolicy(max_retries=max_retries)
-        key_value = api_key or NO_KEY
-        headers = {"anthropic-version": API_VERSION, "x-api-key": key_value, **dict(extra_headers or {})}
-        self._client = anthropic.Anthropic(
-            api_key=key_value,
-            base_url=base_url or None,
-            timeout=timeout,
-            max_retries=0,  # ours: configurable, and only before the first event
-            default_headers=headers,
-        )
-
-    @classmethod
-    def from_config(cls, key: str, cfg: Any) -> AnthropicProvider:
-        return cls(
-            key,
-            base_url=cfg.base_url,
-            api_key=cfg.api_key,
-            extra_headers=getattr(cfg, "extra_headers", None) or {},
-            timeout=float(cfg.llm_timeout_secs),
-            max_retries=int(cfg.max_retries),
-        )
-
-    def stream(self, request: ChatRequest) -> RetryingStream:
-        kwargs = self._request_kwargs(request)
-        return RetryingStream(lambda: self._open(kwargs), self._policy, provider=self.key)
-
-    def close(self) -> None:
-        self._client.close()
+        headers = {"anthropic-version": API_VERSION, "x-api-key": api_key, **headers}
+        return anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0,
+                                   default_headers=headers)
 
     def _request_kwargs(self, request: ChatRequest) -> dict[str, Any]:
         system, messages = to_anthropic_messages(request.messages, self.key)

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator
 
 from picobot.domain.messages import ChatMessage, Content, ToolCall, Usage, text_of
 from picobot.errors import ProviderError
 from picobot.providers._common import (
-    NO_KEY,
-    Redactor,
-    RetryingStream,
-    RetryPolicy,
+    SdkProvider,
     SdkAttempt,
     api_message,
     error_for_status,
@@ -38,53 +35,15 @@ from picobot.providers.base import (
 FINISH_REASONS = {"stop": "stop", "tool_calls": "tool_calls", "function_call": "tool_calls", "length": "length"}
 
 
-class OpenAIProvider:
+class OpenAIProvider(SdkProvider):
     """A Provider for the Chat Completions API."""
 
-    def __init__(
-        self,
-        key: str,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        extra_headers: Mapping[str, str] | None = None,
-        timeout: float = 120.0,
-        max_retries: int = 2,
-        retry_policy: RetryPolicy | None = None,
-    ) -> None:
+    def _make_client(self, api_key: str, base_url: str | None, headers: dict[str, str], timeout: float) -> Any:
         import openai
 
-        self.key = key
         self._sdk = openai
-        self._timeout = timeout
-        self._redact = Redactor.for_config(api_key, extra_headers)
-        self._policy = retry_policy or RetryPolicy(max_retries=max_retries)
-        # max_retries=0: our RetryingStream retries, so the count is ours and only before the first event
-        self._client = openai.OpenAI(
-            api_key=api_key or NO_KEY,
-            base_url=base_url or None,
-            timeout=timeout,
-            max_retries=0,
-            default_headers=dict(extra_headers or {}),
-        )
-
-    @classmethod
-    def from_config(cls, key: str, cfg: Any) -> OpenAIProvider:
-        return cls(
-            key,
-            base_url=cfg.base_url,
-            api_key=cfg.api_key,
-            extra_headers=getattr(cfg, "extra_headers", None) or {},
-            timeout=float(cfg.llm_timeout_secs),
-            max_retries=int(cfg.max_retries),
-        )
-
-    def stream(self, request: ChatRequest) -> RetryingStream:
-        kwargs = self._request_kwargs(request)
-        return RetryingStream(lambda: self._open(kwargs), self._policy, provider=self.key)
-
-    def close(self) -> None:
-        self._client.close()
+        return openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0,
+                             default_headers=headers)
 
     def _request_kwargs(self, request: ChatRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
