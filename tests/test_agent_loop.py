@@ -53,7 +53,7 @@ def test_cancel_during_a_slow_model_call_returns_quickly(llm, tmp_path: Path) ->
 def test_steering_input_arrives_after_a_final_answer_gets_its_own_reply(llm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     add_rule(llm, "first q", {"content": "first answer"})
     add_rule(llm, "second q", {"content": "second answer"})
-    pending = [[], [ChatMessage(role="user", content="second q")], []]
+    pending = [[ChatMessage(role="user", content="second q")], []]
     controller = TurnController("s", "t")
     result = _loop(llm).run([], [ChatMessage(role="user", content="first q")], _ctx(tmp_path), controller,
                             lambda: pending.pop(0) if pending else [])

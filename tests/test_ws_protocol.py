@@ -181,14 +181,14 @@ def test_tool_calls_of_one_response_run_concurrently(stack: Stack, llm, tmp_path
 
 
 def test_closed_sockets_free_their_subscriptions(stack: Stack) -> None:
-    before = stack.health()["connections"]
     clients = [stack.client() for _ in range(5)]
-    assert stack.health()["connections"] == before + 5
+    opened = stack.health()["connections"]
+    assert opened >= 5
     for c in clients:
         c.close()
     import time
 
     deadline = time.monotonic() + 10
-    while stack.health()["connections"] != before:
+    while stack.health()["connections"] > opened - 5:  # other tests' sockets may close too, never open
         assert time.monotonic() < deadline, "closed sockets stayed registered"
         time.sleep(0.1)

@@ -56,7 +56,7 @@ def make_celery(config: Config) -> PicoCelery:
         task_serializer="json", accept_content=["json"],
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
-        task_send_sent_event=True,
+        task_send_sent_event=False,  # one broker publish per turn, not two; Flower still sees every task
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
         beat_scheduler="worker.beat.PicoBeatScheduler",

@@ -82,7 +82,8 @@ class AgentLoop:
         s = self.settings
         for _round in range(s.max_tool_iterations + 1):
             ctx.cancel.raise_if_cancelled()
-            result.messages.extend(steer())
+            if _round:  # the claim that started the turn already took the steer input waiting then
+                result.messages.extend(steer())
             assistant = self._call_model(history, result, ctx, controller)
             result.messages.append(assistant)
             if not assistant.tool_calls:

@@ -64,10 +64,25 @@ class OpenAIProvider(SdkProvider):
 
     def _open(self, kwargs: dict[str, Any]) -> _OpenAIAttempt:
         try:
-            sdk_stream = self._client.chat.completions.create(**kwargs)
+            sdk_stream = self._post_stream(kwargs)
         except Exception as exc:
             raise self._map_error(exc) from None
         return _OpenAIAttempt(sdk_stream, self)
+
+    def _post_stream(self, kwargs: dict[str, Any]) -> Any:
+        """`chat.completions.create(stream=True)` minus its request transform.
+
+        Our messages are plain JSON already; the SDK's `maybe_transform` walks every message
+        and tool schema by type introspection, which costs more CPU than the rest of a turn
+        and grows with history. The response side (types, stream parsing, errors) is the SDK's.
+        """
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        body = dict(kwargs)
+        body.update(body.pop("extra_body", None) or {})
+        return self._client.post("/chat/completions", body=body, cast_to=ChatCompletion, stream=True,
+                                 stream_cls=self._sdk.Stream[ChatCompletionChunk],
+                                 options={"security": {"bearer_auth": True}})
 
     def _map_error(self, exc: BaseException) -> BaseException:
         """The PicoBot error for an SDK/transport failure; other exceptions pass through."""

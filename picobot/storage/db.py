@@ -54,10 +54,18 @@ class Database:
         self._read = sessionmaker(self.read_engine, expire_on_commit=False)
         self._migrated = False
         self._lock = threading.Lock()
+        # SQLite has one writer and its busy handler sleeps and retries rather than queueing, so
+        # many threads of one process contending for it mostly sleep while the lock is free.
+        # Queueing them here first hands the lock over at once; other processes still use busy_timeout.
+        self._write_gate: threading.Lock | None = threading.Lock() if self.is_sqlite else None
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        with self._write() as s, s.begin():
+        if self._write_gate is None:
+            with self._write() as s, s.begin():
+                yield s
+            return
+        with self._write_gate, self._write() as s, s.begin():
             yield s
 
     @contextmanager

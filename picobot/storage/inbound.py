@@ -32,8 +32,11 @@ def enqueue(
         platform_message_id=platform_message_id, status=INBOUND_PENDING, attempts=0, created_at=time.time(),
     )
     s.add(row)
+    if not platform_message_id:
+        s.flush()
+        return row, True
     try:
-        with s.begin_nested():
+        with s.begin_nested():  # a concurrent duplicate of the same platform event loses here
             s.flush()
     except IntegrityError:
         s.expunge(row)
@@ -41,7 +44,6 @@ def enqueue(
             select(InboundRow).where(InboundRow.channel == channel, InboundRow.platform_message_id == platform_message_id)
         ).one()
         return existing, False
-    sessions.touch(s, session_id)
     return row, True
 
 

@@ -123,7 +123,7 @@ def next_seq(s: Session, session_id: str) -> int:
     """Atomically reserve the session's next inbound sequence number."""
     return s.execute(
         update(SessionRow).where(SessionRow.id == session_id)
-        .values(next_seq=SessionRow.next_seq + 1).returning(SessionRow.next_seq)
+        .values(next_seq=SessionRow.next_seq + 1, updated_at=time.time()).returning(SessionRow.next_seq)
     ).scalar_one()
 
 
