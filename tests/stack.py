@@ -30,7 +30,7 @@ def base_config(llm_url: str, port: int, **gateway: Any) -> dict[str, Any]:
                                   "llm_timeout_secs": 30, "max_retries": 2}},
         "models": {"default": {"model_id": "fake-model", "context_window_tokens": 32000}},
         "agents": {"default": {"provider": "default", "model": "default"}},
-        "gateway": {"host": "127.0.0.1", "port": port, "turn_lease_secs": 3, "sweep_interval_secs": 1,
+        "gateway": {"host": "127.0.0.1", "port": port, "turn_lease_secs": 6, "sweep_interval_secs": 1,
                     "snapshot_interval_ms": 20, **gateway},
         "time": {"timezone": "UTC"},
     }
@@ -99,9 +99,10 @@ class Stack:
                 os.killpg(proc.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        deadline = time.monotonic() + 3  # graceful shutdown is not what these tests measure
         for proc in self.procs.values():
             try:
-                proc.wait(timeout=15)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -144,18 +145,43 @@ class Stack:
     def all_logs(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in self.logs.glob("*.log"))
 
+    @property
+    def database_url(self) -> str:
+        return self.env.get("DATABASE_URL") or f"sqlite:///{self.home / 'data' / 'picobot.db'}"
+
+    @property
+    def token(self) -> str:
+        """A device token for this stack (issued once through the pairing core, on the stack's database)."""
+        if getattr(self, "_token", None) is None:
+            self._token = issue_token(self.database_url, "tests")
+        return self._token
+
     def client(self, chat_id: str | None = None) -> "WsClient":
-        return WsClient(self.ws_url, chat_id or "t-" + uuid.uuid4().hex[:10])
+        return WsClient(self.ws_url, chat_id or "t-" + uuid.uuid4().hex[:10], token=self.token)
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "picobot", *args], env=self.env, cwd=self.cwd,
                               capture_output=True, text=True, timeout=timeout)
 
 
+def issue_token(database_url: str, name: str, kind: str = "api") -> str:
+    """A paired-device token straight from the database, as `picobot pair --new-token` does."""
+    from picobot.pairing import Pairing
+    from picobot.storage.db import Database
+
+    db = Database(database_url)
+    try:
+        return Pairing(db).issue_token(name, kind=kind).token
+    finally:
+        db.dispose()
+
+
 class WsClient:
-    def __init__(self, url: str, chat_id: str, channel: str = "cli_chat"):
+    def __init__(self, url: str, chat_id: str, channel: str = "cli_chat", token: str | None = None):
         self.chat_id = chat_id
-        self.ws = websocket.create_connection(f"{url}?chat_id={chat_id}&channel={channel}", timeout=30)
+        headers = [f"Authorization: Bearer {token}"] if token else []
+        self.ws = websocket.create_connection(f"{url}?chat_id={chat_id}&channel={channel}", timeout=30,
+                                              header=headers)
         self.frames: list[dict[str, Any]] = []
         self.ready = self.recv_until(lambda f: f["type"] == "ready")
         self.session_id = self.ready["session"]["session_id"]

@@ -192,3 +192,19 @@ def test_closed_sockets_free_their_subscriptions(stack: Stack) -> None:
     while stack.health()["connections"] > opened - 5:  # other tests' sockets may close too, never open
         assert time.monotonic() < deadline, "closed sockets stayed registered"
         time.sleep(0.1)
+
+
+def test_stop_keeps_what_the_model_had_said(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    words = " ".join(f"w{i}" for i in range(200))
+    add_rule(llm, "slow-talker", {"content": words, "chunk_delay_ms": 100})
+    c = stack.client()
+    acc = c.say("slow-talker")
+    c.recv_until(lambda f: f["type"] == "turn_updated" and any(
+        b["type"] == "text" and "w2" in b["text"] for b in f["blocks"]))
+    c.command("/stop")
+    done = c.wait_completed(acc["seq"], timeout=15)
+    assert done["status"] == "cancelled"
+    last = _history(c)[-1]
+    assert last["role"] == "assistant" and last["marker"] == "turn_stopped"
+    assert last["content"].startswith("w0 w1 w2") and last["content"].endswith("(stopped)")
+    assert "w199" not in last["content"]

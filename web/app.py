@@ -38,8 +38,11 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     app.extensions["picobot"] = runtime
     app.extensions["picobot.hub"] = EventHub(runtime.redis)
 
-    from web import health, ws
+    from web import api, auth, health, ui, ws
 
+    auth.init_app(app)  # the pairing guard in front of every route (see web/auth.py)
     app.register_blueprint(health.bp)
     app.register_blueprint(ws.bp)
+    app.register_blueprint(api.bp)
+    app.register_blueprint(ui.bp)
     return app

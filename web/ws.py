@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import secrets
+import time
 from typing import Any
 
 from flask import Blueprint, current_app, request
@@ -18,12 +19,14 @@ from picobot.gateway.inbound import InboundMessage
 from picobot.gateway.intake import Gateway
 from picobot.runtime.services import Runtime
 from picobot.storage import sessions
+from web.auth import pairing, request_token
 from web.hub import EventHub, Outbox
 from web.views import active_turn, history
 
 log = logging.getLogger("picobot.web.ws")
 
 PROTOCOL_VERSION = 1
+REVERIFY_SECS = 10  # an open socket re-checks its device token this often
 CHANNELS = {"cli_chat", "web"}
 CHAT_ID = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
 
@@ -156,10 +159,19 @@ def ws_endpoint(ws: Any) -> None:
         ws.close(reason=1008, message="bad request")
         return
     conn = Connection(ws, rt, hub, channel, chat_id)
+    token = request_token()[0] if rt.config.gateway.pairing_required else None
+    checked = time.monotonic()
     try:
         conn.attach_current("ready")
         while True:
-            raw = ws.receive()
+            raw = ws.receive(timeout=REVERIFY_SECS)
+            if token is not None and time.monotonic() - checked >= REVERIFY_SECS:
+                checked = time.monotonic()
+                if pairing().verify(token) is None:  # revoked while connected: hang up
+                    ws.send(json.dumps({"type": "error", "code": "not_paired",
+                                        "error": "This device's pairing was revoked; pair it again."}))
+                    ws.close(reason=1008, message="pairing revoked")
+                    return
             if raw is not None:
                 conn.handle(raw)
     except ConnectionClosed:

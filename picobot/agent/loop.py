@@ -46,6 +46,7 @@ class LoopResult:
     last_input_tokens: int = 0
     status: str = "completed"  # completed | cancelled | failed
     error: str | None = None
+    partial_text: str = ""  # a stopped turn: what the interrupted model call had streamed
 
     @property
     def final_text(self) -> str:
@@ -71,6 +72,7 @@ class AgentLoop:
             result.status = "cancelled"
         except TurnCancelled:
             result.status = "cancelled"
+            result.partial_text = controller.partial_text()
         except ProviderError as exc:
             result.status = "failed"
             result.error = _provider_error_text(exc)

@@ -26,6 +26,7 @@ class TurnController:
         self._preview = result_preview_chars
         self._lock = threading.RLock()
         self._streaming_tools: dict[int, dict[str, Any]] = {}
+        self._call_text = ""  # text of the model call in flight, kept if the turn is stopped
 
     # --- events ----------------------------------------------------------------------
 
@@ -39,11 +40,19 @@ class TurnController:
         self._append_text("reasoning", text)
 
     def text(self, text: str) -> None:
+        with self._lock:
+            self._call_text += text
         self._append_text("text", text)
 
     def model_call_started(self) -> None:
         with self._lock:
             self._streaming_tools = {}
+            self._call_text = ""
+
+    def partial_text(self) -> str:
+        """What the model in flight had said so far (for a stopped turn's record)."""
+        with self._lock:
+            return self._call_text
 
     def tool_call_streaming(self, index: int, call_id: str | None, name: str | None, arguments: str) -> None:
         with self._lock:

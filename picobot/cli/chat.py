@@ -14,6 +14,9 @@ from urllib.parse import urlencode
 import websocket  # websocket-client
 
 LOCAL_COMMANDS = {"/quit", "/exit", "/clear"}
+NOT_PAIRED = ("the gateway requires a paired device. On the server, `picobot chat` pairs itself; from another "
+              "machine pass --token (or set PICOBOT_TOKEN) with a token from `picobot pair --new-token NAME` "
+              "run on the server.")
 
 
 def stable_chat_id(home: Path) -> str:
@@ -50,6 +53,51 @@ class ChatClient:
             self.ws.close()
         except Exception:
             pass
+
+
+def _has_local_database(config: Any) -> bool:
+    """True on the server machine: its database is reachable from here (a SQLite file that exists,
+    or a shared database URL). Elsewhere we must not create a stray database just to pair."""
+    if not config.database_url.startswith("sqlite"):
+        return True
+    path = config.database_url.split(":///", 1)[-1]
+    return bool(path) and Path(path).expanduser().exists()
+
+
+def _bearer(token: str | None) -> list[str]:
+    return [f"Authorization: Bearer {token}"] if token else []
+
+
+def connect_paired(config: Any, url: str, chat_id: str, token: str | None = None) -> ChatClient:
+    """Connect with the given token, else (on the server) the terminal's own token, issued on first use.
+
+    Raises PermissionError with how-to-pair advice when the gateway answers 401.
+    """
+    from picobot.pairing import local_cli_token
+
+    if token:
+        try:
+            return ChatClient(url, chat_id, headers=_bearer(token))
+        except websocket.WebSocketBadStatusException as exc:
+            if exc.status_code == 401:
+                raise PermissionError("the gateway refused this token (revoked, or from another server). "
+                                      + NOT_PAIRED) from None
+            raise
+    local = local_cli_token(config) if config.gateway.pairing_required and _has_local_database(config) else None
+    try:
+        return ChatClient(url, chat_id, headers=_bearer(local))
+    except websocket.WebSocketBadStatusException as exc:
+        if exc.status_code != 401:
+            raise
+    if not _has_local_database(config):
+        raise PermissionError(NOT_PAIRED)
+    # Our token was revoked or the database was replaced: pair again, once.
+    try:
+        return ChatClient(url, chat_id, headers=_bearer(local_cli_token(config, renew=True)))
+    except websocket.WebSocketBadStatusException as exc:
+        if exc.status_code == 401:
+            raise PermissionError(NOT_PAIRED) from None
+        raise
 
 
 def run_once(client: ChatClient, text: str, timeout: float) -> int:

@@ -1,4 +1,4 @@
-"""`picobot <command>`: up, web, worker, beat, flower, chat, health, config, migrate."""
+"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, health, config, migrate."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _gateway_url(config: Config, explicit: str | None) -> str:
 def cmd_up(args: argparse.Namespace) -> int:
     from picobot.cli.processes import up
 
-    return up(_config(), with_flower=args.flower)
+    return up(_config(), with_flower=args.flower, embedded_redis=args.embedded_redis)
 
 
 def cmd_web(args: argparse.Namespace) -> int:
@@ -70,14 +70,18 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from picobot.cli.chat import ChatClient, interactive, run_once, stable_chat_id
+    from picobot.cli.chat import connect_paired, interactive, run_once, stable_chat_id
 
     config = _config()
     chat_id = args.chat or stable_chat_id(config.home)
+    url = _gateway_url(config, args.gateway_url)
     try:
-        client = ChatClient(_gateway_url(config, args.gateway_url), chat_id)
+        client = connect_paired(config, url, chat_id, args.token or os.environ.get("PICOBOT_TOKEN") or None)
+    except PermissionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
-        print(f"error: cannot reach the gateway at {_gateway_url(config, args.gateway_url)}: {exc}\n"
+        print(f"error: cannot reach the gateway at {url}: {exc}\n"
               "Is PicoBot running? Start it with `picobot up`.", file=sys.stderr)
         return 2
     try:
@@ -86,6 +90,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return interactive(client)
     finally:
         client.close()
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    from picobot.cli.pair import run
+
+    return run(_config(), args)
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -122,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="run web, worker and beat on this machine (embedded Redis if needed)")
     up.add_argument("--flower", action="store_true", help="also run Flower on 127.0.0.1:5555")
+    up.add_argument("--embedded-redis", action="store_true",
+                    help="start a private Redis under the PicoBot home even if one is configured or running")
     up.set_defaults(fn=cmd_up)
     for name in ("web", "gateway"):
         w = sub.add_parser(name, help="run the web/WebSocket front end (gunicorn)")
@@ -143,7 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--chat", help="chat id (default: this machine's stable terminal chat id)")
         c.add_argument("--gateway-url", "--url", dest="gateway_url", help="ws://host:port/ws")
         c.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a reply with -m")
+        c.add_argument("--token", help="device token for a gateway on another machine (or PICOBOT_TOKEN); "
+                       "on the server itself the terminal pairs on its own")
         c.set_defaults(fn=cmd_chat)
+    from picobot.cli.pair import add_parser as add_pair_parser
+
+    add_pair_parser(sub).set_defaults(fn=cmd_pair)
     h = sub.add_parser("health", help="check database, Redis, workers, beat and provider")
     h.add_argument("--json", action="store_true")
     h.set_defaults(fn=cmd_health)

@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from picobot.config import Config
 
@@ -103,16 +104,18 @@ class Supervisor:
                 child.proc.wait()
 
 
-def up(config: Config, with_flower: bool = False) -> int:
+def up(config: Config, with_flower: bool = False, embedded_redis: bool = False) -> int:
     from picobot.cli.embedded_redis import choose_redis
     from picobot.storage.db import Database
 
     try:
-        redis_url, redis_proc = choose_redis(config.redis_url, config.home / "redis")
+        redis_url, redis_proc = choose_redis(config.redis_url, config.home / "redis", force_embedded=embedded_redis)
     except RuntimeError as exc:
         print(f"picobot: {exc}", file=sys.stderr)
         return 1
-    Database(config.database_url).migrate()
+    db = Database(config.database_url)
+    db.migrate()
+    pair_line = _pairing_line(config, db)
     env = dict(os.environ, REDIS_URL=redis_url, PICOBOT_HOME=str(config.home))
     children = [Child("web", web_argv(config)), Child("worker", worker_argv()), Child("beat", beat_argv())]
     if with_flower:
@@ -122,6 +125,8 @@ def up(config: Config, with_flower: bool = False) -> int:
     print(f"PicoBot is starting: http://{host}:{config.gateway.port}/  (WebSocket /ws, health /health)")
     print(f"  {where}: {redis_url}\n  database: {_safe_db(config.database_url)}\n"
           f"  chat from a terminal: picobot chat    stop: Ctrl-C", flush=True)
+    if pair_line:
+        print(pair_line, flush=True)
     try:
         return Supervisor(children, env).run()
     finally:
@@ -131,6 +136,17 @@ def up(config: Config, with_flower: bool = False) -> int:
                 redis_proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 redis_proc.kill()
+
+
+def _pairing_line(config: Config, db: Any) -> str:
+    """A ready-to-open pairing URL for this browser session (a fresh one-time code)."""
+    if not config.gateway.pairing_required:
+        return "  web UI: open to anyone who can reach it (gateway.pairing_required is false)"
+    from picobot.pairing import Pairing, pairing_url
+
+    code = Pairing(db).new_code()
+    return (f"  pair this browser (one-time code {code.display}, 10 minutes): {pairing_url(config, code.code)}\n"
+            f"  another device later: picobot pair")
 
 
 def _safe_db(url: str) -> str:

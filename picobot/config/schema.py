@@ -103,6 +103,8 @@ class GatewayConfig(_Section):
     snapshot_interval_ms: int = Field(default=50, ge=0)
     max_turn_attempts: int = Field(default=2, ge=1)
     public_url: str | None = None
+    # The web UI, /ws and /api need a paired device (see docs/WEB_UI.md); false only on a trusted network.
+    pairing_required: bool = True
 
     _blank = field_validator("public_url", mode="before")(_blank_to_none)
     _url = field_validator("public_url")(_check_http_url)

@@ -210,7 +210,9 @@ def _commit(rt: Runtime, claimed: _Claimed, session_id: str, result: LoopResult)
     if result.status == "failed":
         to_store.append(ChatMessage(role="assistant", content=f"⚠ {result.error}", marker=MARKER_TURN_ERROR))
     elif result.status == "cancelled":
-        to_store.append(ChatMessage(role="assistant", content="(stopped)", marker=MARKER_TURN_STOPPED))
+        partial = result.partial_text.rstrip()
+        to_store.append(ChatMessage(role="assistant", content=f"{partial}\n\n(stopped)" if partial else "(stopped)",
+                                    marker=MARKER_TURN_STOPPED))
     with rt.db.write() as s:
         turn = s.get(TurnRow, claimed.turn_id)
         if turn is None or turn.status != "running":

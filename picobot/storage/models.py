@@ -154,3 +154,28 @@ class OutboxRow(Base):
     sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (Index("ix_outbox_lane", "status", "channel", "chat_id", "id"),)
+
+
+class PairingCodeRow(Base):
+    """A one-time pairing code from `picobot pair`; only its SHA-256 is stored."""
+
+    __tablename__ = "pairing_codes"
+
+    code_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class DeviceTokenRow(Base):
+    """A paired device (browser or terminal); only the token's SHA-256 is stored."""
+
+    __tablename__ = "device_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(128), default="")
+    kind: Mapped[str] = mapped_column(String(16), default="browser")  # browser | cli | api
+    created_at: Mapped[float] = mapped_column(Float)
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)

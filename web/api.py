@@ -1,0 +1,105 @@
+"""The same-origin JSON API under /api/ that the management pages read (docs/API.md).
+
+Every route here sits behind web.auth's guard: a paired device, and no cross-site writes.
+Each management page reads one small endpoint, so a later page (memories, jobs, skills,
+sub-agents, MCP servers, channels) adds its own endpoint beside these without touching them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+from sqlalchemy import select
+
+from picobot.config.secrets import masked
+from picobot.domain.messages import text_of
+from picobot.runtime.health import check_health
+from picobot.runtime.services import Runtime
+from picobot.storage import sessions
+from picobot.storage.models import MessageRow
+from web.auth import COOKIE, current_device, pairing
+from web.ws import CHANNELS, CHAT_ID
+
+bp = Blueprint("api", __name__, url_prefix="/api")
+
+PREVIEW_CHARS = 80
+
+
+def _rt() -> Runtime:
+    return current_app.extensions["picobot"]
+
+
+def _error(status: int, code: str, text: str) -> Response:
+    resp = jsonify({"error": code, "message": text})
+    resp.status_code = status
+    return resp
+
+
+@bp.get("/me")
+def me() -> Response:
+    device = current_device()
+    return jsonify({"paired": device is not None, "device": device.to_dict() if device else None,
+                    "pairing_required": _rt().config.gateway.pairing_required})
+
+
+@bp.get("/health")
+def health() -> Response:
+    report = check_health(_rt())
+    report["connections"] = current_app.extensions["picobot.hub"].connections()
+    return jsonify(report)
+
+
+@bp.get("/config")
+def config() -> Response:
+    cfg = _rt().config
+    return jsonify({"config": masked(cfg), "source": str(cfg.config_path) if cfg.config_path else None})
+
+
+def _preview(s: Any, session_id: str) -> str:
+    first = s.scalars(select(MessageRow.content).where(MessageRow.session_id == session_id, MessageRow.role == "user")
+                      .order_by(MessageRow.position).limit(1)).first()
+    text = " ".join(text_of(first).split()) if first is not None else ""
+    return text[:PREVIEW_CHARS]
+
+
+@bp.get("/sessions")
+def list_sessions() -> Response:
+    chat_id = request.args.get("chat_id", "")
+    channel = request.args.get("channel", "web")
+    if channel not in CHANNELS or not CHAT_ID.match(chat_id):
+        return _error(400, "bad_request", f"chat_id must match {CHAT_ID.pattern}; channel one of {sorted(CHANNELS)}.")
+    archived = request.args.get("archived", "") in ("1", "true", "yes")
+    limit = min(max(request.args.get("limit", 50, type=int) or 50, 1), 200)
+    with _rt().db.read() as s:
+        current = sessions.current(s, channel, chat_id)
+        rows = sessions.list_for_chat(s, channel, chat_id, include_archived=archived, limit=limit)
+        items = [{"session_id": r.id, "dialog_id": r.dialog_id, "title": r.title, "preview": _preview(s, r.id),
+                  "archived": r.archived_at is not None, "current": current is not None and r.id == current.id,
+                  "created_at": r.created_at, "updated_at": r.updated_at,
+                  "input_tokens": r.input_tokens, "output_tokens": r.output_tokens} for r in rows]
+    return jsonify({"channel": channel, "chat_id": chat_id, "sessions": items})
+
+
+@bp.get("/pairing/devices")
+def devices() -> Response:
+    me_id = getattr(current_device(), "id", None)
+    include = request.args.get("revoked", "") in ("1", "true", "yes")
+    items = [{**d.to_dict(), "current": d.id == me_id} for d in pairing().devices(include_revoked=include)]
+    return jsonify({"devices": items})
+
+
+@bp.delete("/pairing/devices/<device_id>")
+def revoke(device_id: str) -> Response:
+    if not pairing().revoke(device_id):
+        return _error(404, "not_found", f"No paired device {device_id!r} (or it is already revoked).")
+    own = getattr(current_device(), "id", None) == device_id
+    resp = jsonify({"revoked": device_id, "self": own})
+    if own:
+        resp.delete_cookie(COOKIE, path="/", samesite="Strict")
+    return resp
+
+
+@bp.route("/<path:_rest>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+def unknown(_rest: str) -> Response:
+    return _error(404, "not_found", f"No API endpoint {request.method} {request.path} (see docs/API.md).")

@@ -1,0 +1,13 @@
+// The app's pages, in navigation order. A later capability (memories, scheduled jobs, skills,
+// sub-agents, MCP servers, channels) adds one entry here and one module under pages/ that
+// exports createPage(ctx) -> {el, title, show(), hide()}; nothing else in the app changes.
+// `group` places the link: "main" above the dialog list, "manage" in the management section.
+
+export const PAGES = [
+  { id: "chat", title: "Chat", icon: "chat", group: "main", load: () => import("./chat/page.js") },
+  { id: "health", title: "Health", icon: "pulse", group: "manage", load: () => import("./pages/health.js") },
+  { id: "config", title: "Config", icon: "sliders", group: "manage", load: () => import("./pages/config.js") },
+  { id: "devices", title: "Devices", icon: "devices", group: "manage", load: () => import("./pages/devices.js") },
+];
+
+export const DEFAULT_PAGE = "chat";
