@@ -191,9 +191,8 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
 
 
 def _drain_steer(rt: Runtime, session_id: str, turn_id: str, controller: TurnController) -> list[ChatMessage]:
-    with rt.db.read() as s:
-        if not inbound.has_pending(s, session_id):
-            return []
+    if rt.db.scalar(inbound.pending_query(session_id)) is None:
+        return []
     with rt.db.write() as s:
         rows = inbound.claim_steer(s, session_id, turn_id)
         out = []

@@ -101,10 +101,12 @@ def cancel_pending(s: Session, session_id: str) -> int:
     ).rowcount
 
 
+def pending_query(session_id: str):  # type: ignore[no-untyped-def]
+    return select(InboundRow.id).where(InboundRow.session_id == session_id, InboundRow.status == INBOUND_PENDING).limit(1)
+
+
 def has_pending(s: Session, session_id: str) -> bool:
-    return s.scalars(
-        select(InboundRow.id).where(InboundRow.session_id == session_id, InboundRow.status == INBOUND_PENDING).limit(1)
-    ).first() is not None
+    return s.scalars(pending_query(session_id)).first() is not None
 
 
 def count_pending(s: Session, session_id: str) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from picobot.domain.messages import MARKER_TOOL_REPAIR, ChatMessage, ToolCall
@@ -12,15 +12,6 @@ from picobot.storage import sessions
 from picobot.storage.models import MessageRow, SessionRow
 
 REPAIR_TEXT = "[interrupted] This tool call has no result: the run stopped before it finished."
-
-
-def _to_row(session_id: str, position: int, turn_id: str | None, m: ChatMessage, now: float) -> MessageRow:
-    return MessageRow(
-        session_id=session_id, position=position, turn_id=turn_id, role=m.role, content=m.content,
-        tool_calls=[c.to_dict() for c in m.tool_calls] or None, tool_call_id=m.tool_call_id, name=m.name,
-        reasoning_content=m.reasoning_content, provider_state=m.provider_state, marker=m.marker,
-        is_error=m.is_error, created_at=now,
-    )
 
 
 def to_message(row: MessageRow) -> ChatMessage:
@@ -38,8 +29,18 @@ def append(s: Session, session_id: str, turn_id: str | None, messages: list[Chat
         return -1
     first = sessions.reserve_positions(s, session_id, len(messages))
     now = time.time()
-    s.add_all([_to_row(session_id, first + i, turn_id, m, now) for i, m in enumerate(messages)])
+    # one Core executemany: the ORM's unit of work costs more than the rows on this hot path
+    s.execute(insert(MessageRow), [_row_values(session_id, first + i, turn_id, m, now) for i, m in enumerate(messages)])
     return first
+
+
+def _row_values(session_id: str, position: int, turn_id: str | None, m: ChatMessage, now: float) -> dict:
+    return {
+        "session_id": session_id, "position": position, "turn_id": turn_id, "role": m.role, "content": m.content,
+        "tool_calls": [c.to_dict() for c in m.tool_calls] or None, "tool_call_id": m.tool_call_id, "name": m.name,
+        "reasoning_content": m.reasoning_content, "provider_state": m.provider_state, "marker": m.marker,
+        "is_error": m.is_error, "created_at": now,
+    }
 
 
 def load_rows(s: Session, session_id: str, limit: int | None = None) -> list[MessageRow]:
@@ -54,9 +55,25 @@ def load_rows(s: Session, session_id: str, limit: int | None = None) -> list[Mes
     return list(s.scalars(q.order_by(MessageRow.position)))
 
 
+_HISTORY_COLUMNS = (MessageRow.role, MessageRow.content, MessageRow.tool_calls, MessageRow.tool_call_id,
+                    MessageRow.name, MessageRow.reasoning_content, MessageRow.provider_state, MessageRow.marker,
+                    MessageRow.is_error)
+
+
 def load_history(s: Session, session_id: str) -> list[ChatMessage]:
     """The active history a turn sees, with broken tool chains repaired."""
-    return repair_tool_chains([to_message(r) for r in load_rows(s, session_id)])
+    since = s.scalar(select(SessionRow.compacted_before).where(SessionRow.id == session_id))
+    q = select(*_HISTORY_COLUMNS).where(MessageRow.session_id == session_id)
+    if since is not None:
+        q = q.where(MessageRow.position >= since)
+    history = [
+        ChatMessage(role=r.role, content=r.content if r.content is not None else "",
+                    tool_calls=[ToolCall.from_dict(c) for c in r.tool_calls or []], tool_call_id=r.tool_call_id,
+                    name=r.name, reasoning_content=r.reasoning_content, provider_state=r.provider_state,
+                    marker=r.marker, is_error=bool(r.is_error))
+        for r in s.execute(q.order_by(MessageRow.position))  # rows, not ORM objects: cheaper to load
+    ]
+    return repair_tool_chains(history)
 
 
 def count(s: Session, session_id: str) -> int:
