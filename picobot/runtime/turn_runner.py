@@ -47,9 +47,8 @@ def drain_session(rt: Runtime, session_id: str) -> int:
                 ran += 1
         finally:
             lease.release()
-        with rt.db.read() as s:
-            if not inbound.has_pending(s, session_id):
-                return ran
+        if rt.db.scalar(inbound.pending_query(session_id)) is None:
+            return ran
 
 
 @dataclass
@@ -64,6 +63,8 @@ class _Claimed:
 
 
 def _claim(rt: Runtime, session_id: str) -> _Claimed | None:
+    if rt.db.scalar(inbound.pending_query(session_id)) is None:
+        return None  # nothing to do: skip the write transaction (and SQLite's write lock)
     turn_id = uuid.uuid4().hex
     with rt.db.write() as s:
         sess = sessions.get_for_update(s, session_id)  # serialises claims of one session (PostgreSQL)

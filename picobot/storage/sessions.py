@@ -60,11 +60,12 @@ def create(s: Session, channel: str, chat_id: str, title: str = "", agent: str =
 
 def current(s: Session, channel: str, chat_id: str) -> SessionRow | None:
     """The chat's current dialog: the pointer, else the most recently active live one."""
-    scope = s.get(ChatScopeRow, f"{channel}:{chat_id}")
-    if scope is not None:
-        row = s.get(SessionRow, scope.current_session_id)
-        if _live(row):
-            return row
+    row = s.scalars(  # pointer and row in one round trip: this runs for every message
+        select(SessionRow).join(ChatScopeRow, ChatScopeRow.current_session_id == SessionRow.id)
+        .where(ChatScopeRow.scope == f"{channel}:{chat_id}")
+    ).first()
+    if _live(row):
+        return row
     return s.scalars(
         select(SessionRow)
         .where(SessionRow.channel == channel, SessionRow.chat_id == chat_id)
