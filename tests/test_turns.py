@@ -74,3 +74,24 @@ def test_shell_commands_never_see_credentials(stack: Stack, llm) -> None:  # typ
     sent = json.dumps(llm.requests()[-1]["body"])
     assert "PICOBOT_HOME" in sent  # the environment was listed ...
     assert API_KEY not in sent and "REDIS_URL" not in sent  # ... without credentials
+
+
+def test_interactive_chat_streams_answers_and_runs_commands(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "picobot", "chat", "--url", stack.ws_url, "--chat", "interactive-1"],
+                         env=stack.env, cwd=stack.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    try:
+        p.stdin.write("what is 3*7\n")
+        p.stdin.flush()
+        time.sleep(3)
+        p.stdin.write("/sessions\n/frob\n/quit\n")
+        p.stdin.flush()
+        out, _ = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 0
+    assert "[calculator done]" in out and "returned: 21" in out
+    assert "* default" in out and "Unknown command /frob" in out
