@@ -160,6 +160,8 @@ def interactive(client: ChatClient) -> int:
     printer = _Printer()
     print(f"PicoBot chat — dialog {client.ready['session']['dialog_id']}. /help for commands, /quit to leave.")
     stop = threading.Event()
+    awaiting: set[str] = set()  # ids of commands sent whose reply has not come yet
+    replied = threading.Condition()
 
     def reader() -> None:
         while not stop.is_set():
@@ -170,6 +172,10 @@ def interactive(client: ChatClient) -> int:
                     print("\n[disconnected]")
                 stop.set()
                 return
+            with replied:
+                awaiting.discard(frame.get("id"))
+                if not awaiting:
+                    replied.notify_all()
             kind = frame.get("type")
             if kind == "turn_updated":
                 printer.snapshot(frame)
@@ -199,12 +205,17 @@ def interactive(client: ChatClient) -> int:
             if line == "/clear":
                 print("\033[2J\033[H", end="")
                 continue
+            frame_id = f"t{len(awaiting)}-{time.monotonic_ns()}"
+            with replied:
+                awaiting.add(frame_id)
             if line.startswith("/"):
-                client.send({"type": "command", "command": line})
+                client.send({"type": "command", "command": line, "id": frame_id})
             else:
-                client.send({"type": "message", "content": line})
+                client.send({"type": "message", "content": line, "id": frame_id})
     except (EOFError, KeyboardInterrupt):
         pass
+    with replied:  # let the replies to what was just typed arrive before leaving
+        replied.wait_for(lambda: not awaiting or stop.is_set(), timeout=5)
     stop.set()
     client.close()
     return 0
