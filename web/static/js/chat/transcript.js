@@ -32,9 +32,9 @@ export class Transcript {
     this.el = h("div", { class: "transcript" }, this.earlier, this.empty, this.list, this.liveEl, this.pendingEl);
   }
 
-  atBottom() {
+  atBottom(slack = STICK_PX) {
     const s = this.scroller;
-    return s.scrollHeight - s.scrollTop - s.clientHeight < STICK_PX;
+    return s.scrollHeight - s.scrollTop - s.clientHeight < slack;
   }
 
   // Run a DOM change, then keep following the bottom if we were there.
@@ -85,13 +85,20 @@ export class Transcript {
     }
     let split = Math.max(0, older.length - LATER_CHUNK);
     while (split > 0 && older[split].role === "tool") split--;
+    const pinned = this.atBottom(); // a reader at the end stays at the end
     const fromBottom = this.scroller.scrollHeight - this.scroller.scrollTop;
     const laterTools = this.tools;
     this.tools = new Map(); // the chunk's own calls; a result always follows its call
     const frag = this.build(older.slice(split));
     this.tools = new Map([...this.tools, ...laterTools]);
     this.list.prepend(frag);
-    this.scroller.scrollTop = this.scroller.scrollHeight - fromBottom; // the reader's view stays put
+    if (pinned) {
+      this.scroller.scrollTop = this.scroller.scrollHeight;
+      // off-screen messages (content-visibility) settle their real height on the next frame
+      requestAnimationFrame(() => { if (this.atBottom(4 * STICK_PX)) this.scroller.scrollTop = this.scroller.scrollHeight; });
+    } else {
+      this.scroller.scrollTop = this.scroller.scrollHeight - fromBottom; // the reader's view stays put
+    }
     setTimeout(() => this.prependOlder(older.slice(0, split), generation), 0);
   }
 
