@@ -103,3 +103,18 @@ def test_health_command_reports_dependencies(tmp_path: Path) -> None:
     assert report["checks"]["database"]["ok"] is True
     assert report["checks"]["redis"]["ok"] is False
     assert report["checks"]["provider"]["configured"] is False
+
+
+def test_up_refuses_a_busy_port_with_a_clear_error(tmp_path: Path) -> None:
+    import socket
+
+    home = tmp_path / "home"
+    home.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        (home / "config.json").write_text(json.dumps({"gateway": {"port": port}}))
+        r = _picobot(_env(home), "up", cwd=tmp_path, timeout=60)
+    assert r.returncode == 1
+    assert f"127.0.0.1:{port}" in r.stderr and "gateway.port" in r.stderr

@@ -62,6 +62,7 @@ class Supervisor:
         self.children = children
         self.env = env
         self._stopping = False
+        self.failed = False
 
     def run(self) -> int:
         for child in self.children:
@@ -78,13 +79,14 @@ class Supervisor:
                         if len(child.restarts) > 5:
                             print(f"picobot: {child.name} keeps exiting (code {code}); stopping.", file=sys.stderr)
                             self._stopping = True
+                            self.failed = True
                             break
                         print(f"picobot: {child.name} exited with code {code}; restarting.", file=sys.stderr)
                         child.start(self.env)
                 time.sleep(0.5)
         finally:
             self.shutdown()
-        return 0
+        return 1 if self.failed else 0
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self._stopping = True
@@ -108,6 +110,11 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False) 
     from picobot.cli.embedded_redis import choose_redis
     from picobot.storage.db import Database
 
+    busy = _port_in_use(config.gateway.host, config.gateway.port)
+    if busy:
+        print(f"picobot: cannot listen on {config.gateway.host}:{config.gateway.port} ({busy}); "
+              "is PicoBot already running? Change gateway.port to use another port.", file=sys.stderr)
+        return 1
     try:
         redis_url, redis_proc = choose_redis(config.redis_url, config.home / "redis", force_embedded=embedded_redis)
     except RuntimeError as exc:
@@ -147,6 +154,19 @@ def _pairing_line(config: Config, db: Any) -> str:
     code = Pairing(db).new_code()
     return (f"  pair this browser (one-time code {code.display}, 10 minutes): {pairing_url(config, code.code)}\n"
             f"  another device later: picobot pair")
+
+
+def _port_in_use(host: str, port: int) -> str | None:
+    """Why host:port cannot be listened on, or None when it can."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _safe_db(url: str) -> str:
