@@ -18,6 +18,8 @@ MARKER_AGENT_PROMPT = "agent_prompt"
 MARKER_SCHEDULED_PROMPT = "scheduled_system_prompt"
 MARKER_HISTORY_COMPACTION = "history_compaction"
 MARKER_TOOL_REPAIR = "tool_chain_repair"
+MARKER_TURN_ERROR = "turn_error"  # a failed turn's notice to the user; never sent to the model
+MARKER_TURN_STOPPED = "turn_stopped"  # a stopped turn's record; never sent to the model
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from picobot.domain.messages import ChatMessage
+from picobot.domain.messages import MARKER_TURN_ERROR, ChatMessage
 from picobot.runtime import keys
 from picobot.runtime.heartbeat import worker_turns
 from picobot.runtime.lease import Lease, is_held
@@ -21,7 +21,6 @@ from picobot.storage.models import INBOUND_FAILED, TURN_INTERRUPTED, InboundRow
 
 log = logging.getLogger("picobot.sweeper")
 
-MARKER_TURN_ERROR = "turn_error"
 GRACE_SECS = 2.5  # a live worker re-takes a lost lease within ~1 s and re-beats within 2 s
 
 

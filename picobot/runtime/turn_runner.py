@@ -16,7 +16,7 @@ from picobot.agent.context import agent_prompt, needs_agent_prompt, runtime_note
 from picobot.agent.loop import AgentLoop, LoopResult, LoopSettings
 from picobot.agent.snapshot import TurnController
 from picobot.domain.cancel import CancelToken
-from picobot.domain.messages import ChatMessage, Usage
+from picobot.domain.messages import MARKER_TURN_ERROR, MARKER_TURN_STOPPED, ChatMessage, Usage
 from picobot.errors import ConfigError, PicoBotError
 from picobot.runtime import control
 from picobot.runtime.lease import Lease
@@ -30,8 +30,6 @@ from picobot.tools.base import ToolContext
 
 log = logging.getLogger("picobot.turns")
 
-MARKER_TURN_ERROR = "turn_error"
-MARKER_TURN_STOPPED = "turn_stopped"
 HIDDEN_FROM_MODEL = {MARKER_TURN_ERROR, MARKER_TURN_STOPPED}
 
 

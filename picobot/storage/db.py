@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -95,9 +95,6 @@ class Database:
     def ping(self) -> None:
         with self.read_engine.connect() as conn:
             conn.exec_driver_sql("SELECT 1")
-
-    def has_schema(self) -> bool:
-        return inspect(self.read_engine).has_table("alembic_version")
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -116,10 +116,6 @@ def delete(s: Session, row: SessionRow) -> None:
     row.deleted_at = time.time()
 
 
-def touch(s: Session, session_id: str) -> None:
-    s.execute(update(SessionRow).where(SessionRow.id == session_id).values(updated_at=time.time()))
-
-
 def next_seq(s: Session, session_id: str) -> int:
     """Atomically reserve the session's next inbound sequence number."""
     return s.execute(

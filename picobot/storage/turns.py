@@ -43,9 +43,3 @@ def running(s: Session, session_id: str | None = None) -> list[TurnRow]:
     if session_id:
         q = q.where(TurnRow.session_id == session_id)
     return list(s.scalars(q))
-
-
-def recent(s: Session, session_id: str, limit: int = 20) -> list[TurnRow]:
-    return list(s.scalars(
-        select(TurnRow).where(TurnRow.session_id == session_id).order_by(TurnRow.started_at.desc()).limit(limit)
-    ))
