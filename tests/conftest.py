@@ -16,6 +16,16 @@ from tests.stack import Stack
 PG_URL = os.environ.get("PICOBOT_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """A failing test that ran real processes shows their logs: CI output is all we get."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.when in ("setup", "call"):
+        for stack in Stack.live:
+            report.sections.append((f"PicoBot process logs ({stack.cwd.name})", stack.log_tails()))
+
+
 @pytest.fixture(scope="session")
 def fake_llm() -> Iterator[FakeLLM]:
     server = FakeLLM(host="127.0.0.1", port=0).start()

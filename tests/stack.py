@@ -37,6 +37,8 @@ def base_config(llm_url: str, port: int, **gateway: Any) -> dict[str, Any]:
 
 
 class Stack:
+    live: "list[Stack]" = []  # running stacks, whose logs a failing test's report shows
+
     def __init__(self, tmp: Path, llm_url: str, database_url: str | None = None,
                  config: dict[str, Any] | None = None, gateway: dict[str, Any] | None = None):
         self.home = tmp / "home"
@@ -57,6 +59,7 @@ class Stack:
         subprocess.run([sys.executable, "-m", "picobot", "migrate"], env=self.env, check=True,
                        capture_output=True, cwd=tmp)
         self.cwd = tmp
+        Stack.live.append(self)
 
     # --- processes ---------------------------------------------------------------------
 
@@ -111,6 +114,8 @@ class Stack:
         self.redis_proc.wait(timeout=10)
         for f in self._log_files:
             f.close()
+        if self in Stack.live:
+            Stack.live.remove(self)
 
     # --- probes ------------------------------------------------------------------------
 
@@ -141,6 +146,14 @@ class Stack:
         import redis
 
         return redis.Redis.from_url(self.redis_url, decode_responses=True)
+
+    def log_tails(self, lines: int = 120) -> str:
+        """The last lines of each process log, for a failing test's report."""
+        parts = []
+        for path in sorted(self.logs.glob("*.log")):
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            parts.append(f"----- {path.name} (last {len(tail)} lines) -----\n" + "\n".join(tail))
+        return "\n".join(parts)
 
     def all_logs(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in self.logs.glob("*.log"))
@@ -217,7 +230,15 @@ class WsClient:
         return self.recv_until(lambda f: f.get("id") == frame_id)
 
     def wait_completed(self, seq: int, timeout: float = 60) -> dict[str, Any]:
-        return self.recv_until(lambda f: f["type"] == "turn_completed" and seq in f.get("inbound_seqs", []), timeout)
+        """The turn_completed frame that answers `seq`, even if it arrived while waiting for another
+        frame (a /stop's turn_completed can overtake the command's own reply)."""
+        def answers(f: dict[str, Any]) -> bool:
+            return f["type"] == "turn_completed" and seq in f.get("inbound_seqs", [])
+
+        for frame in self.frames:
+            if answers(frame):
+                return frame
+        return self.recv_until(answers, timeout)
 
     def ask(self, text: str, timeout: float = 60) -> dict[str, Any]:
         acc = self.say(text)
