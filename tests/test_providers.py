@@ -124,6 +124,25 @@ def test_plain_text_streams_in_pieces(fake: FakeLLM, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_streamed_calls_reuse_one_connection(fake: FakeLLM, kind: str) -> None:
+    provider = make_provider(kind, fake)
+    for i in range(4):
+        assert completed(collect(provider, ask(f"call {i}"))).message.content
+    peers = {r["peer"] for r in llm_requests(fake)}
+    assert len(peers) == 1, peers  # keep-alive: the body is read to its end, so the connection is pooled
+
+
+def test_a_body_left_open_after_the_answer_does_not_hold_the_turn(fake: FakeLLM) -> None:
+    fake.add_rule("linger", [{"content": "all here", "linger_ms": 20000}])
+    provider = make_provider("openai", fake, timeout=30)
+    started = time.monotonic()
+    assert completed(collect(provider, ask("linger"))).message.content == "all here"
+    assert time.monotonic() - started < 10  # the drain after [DONE] is bounded, not the 20 s linger
+    fake.add_rule("after", [{"content": "next one"}])
+    assert completed(collect(provider, ask("after"))).message.content == "next one"
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_several_tool_calls_in_one_response(fake: FakeLLM, kind: str) -> None:
     fake.add_rule("compute", [{"content": "Working.", "tool_calls": [
         {"name": "calculator", "arguments": {"expression": "2+2"}},

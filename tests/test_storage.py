@@ -10,7 +10,7 @@ from picobot.domain.messages import ChatMessage, ToolCall, Usage
 from picobot.storage import inbound, messages, sessions, turns
 from picobot.storage.db import Database
 from picobot.storage.messages import REPAIR_TEXT, repair_tool_chains
-from picobot.storage.models import INBOUND_CLAIMED, INBOUND_PENDING
+from picobot.storage.models import INBOUND_PENDING
 
 
 @pytest.fixture
@@ -57,8 +57,8 @@ def test_inbound_sequence_is_monotonic_under_concurrency(db: Database) -> None:
 
     def writer(n: int) -> None:
         for i in range(10):
-            with db.write() as s:
-                row, created = inbound.enqueue(s, sid, "cli_chat", f"m{n}-{i}", "u")
+            with db.begin() as conn:
+                row, created = inbound.enqueue(conn, sid, "cli_chat", f"m{n}-{i}", "u")
                 assert created
                 with lock:
                     seqs.append(row.seq)
@@ -72,31 +72,31 @@ def test_inbound_sequence_is_monotonic_under_concurrency(db: Database) -> None:
 
 
 def test_platform_ids_dedupe(db: Database) -> None:
-    with db.write() as s:
-        sid = sessions.get_or_create_current(s, "feishu", "oc_1").id
-        a, created_a = inbound.enqueue(s, sid, "feishu", "hi", "u", platform_message_id="om_1")
-        b, created_b = inbound.enqueue(s, sid, "feishu", "hi", "u", platform_message_id="om_1")
-        assert created_a and not created_b and a.id == b.id
-        assert inbound.count_pending(s, sid) == 1
+    with db.begin() as conn:
+        sid = sessions.current_or_create_id(conn, "feishu", "oc_1")
+        a, created_a = inbound.enqueue(conn, sid, "feishu", "hi", "u", platform_message_id="om_1")
+        b, created_b = inbound.enqueue(conn, sid, "feishu", "hi", "u", platform_message_id="om_1")
+        assert created_a and not created_b and (a.id, a.seq) == (b.id, b.seq)
+        assert inbound.intake_state(conn, sid) == (1, False)
 
 
 def test_claims_respect_steer_and_queue(db: Database) -> None:
-    with db.write() as s:
-        sid = sessions.get_or_create_current(s, "cli_chat", "q").id
+    with db.begin() as conn:
+        sid = sessions.current_or_create_id(conn, "cli_chat", "q")
         for text, mode in [("a", "steer"), ("b", "steer"), ("c", "queue"), ("d", "steer")]:
-            inbound.enqueue(s, sid, "cli_chat", text, "u", mode=mode)
-    with db.write() as s:
-        first = inbound.claim_first(s, sid, "t1")
+            inbound.enqueue(conn, sid, "cli_chat", text, "u", mode=mode)
+    with db.begin() as conn:
+        first = inbound.claim_first(conn, sid, "t1")
         assert [r.content for r in first] == ["a", "b"]
         # mid-turn steering takes steer input only; the queued message waits for the next turn
-        assert [r.content for r in inbound.claim_steer(s, sid, "t1")] == ["d"]
-        inbound.finish(s, "t1")
-    with db.write() as s:
-        assert [r.content for r in inbound.claim_first(s, sid, "t2")] == ["c"]
-        assert inbound.release_claims(s, "t2") == 1
-        assert inbound.has_pending(s, sid)
-        assert inbound.cancel_pending(s, sid) == 1
-        assert not inbound.has_pending(s, sid)
+        assert [r.content for r in inbound.claim_steer(conn, sid, "t1")] == ["d"]
+        inbound.finish(conn, "t1")
+    with db.begin() as conn:
+        assert [r.content for r in inbound.claim_first(conn, sid, "t2")] == ["c"]
+        assert inbound.release_claims(conn, "t2") == 1
+        assert inbound.has_pending(conn, sid)
+        assert inbound.cancel_pending(conn, sid) == 1
+        assert not inbound.has_pending(conn, sid)
 
 
 def test_turn_messages_keep_true_order(db: Database) -> None:
@@ -107,30 +107,39 @@ def test_turn_messages_keep_true_order(db: Database) -> None:
         ChatMessage(role="tool", content="2", tool_call_id="call_1", name="calculator"),
         ChatMessage(role="assistant", content="It is 2."),
     ]
-    with db.write() as s:
-        sid = sessions.get_or_create_current(s, "cli_chat", "order").id
-        turns.start(s, "t1", sid, "w", 1, [1])
-        messages.append(s, sid, "t1", batch)
-        turns.finish(s, "t1", "completed", Usage(10, 5), "It is 2.", None, [1])
-        sessions.add_usage(s, sid, Usage(10, 5), 10, 1)
+    with db.begin() as conn:
+        sid = sessions.current_or_create_id(conn, "cli_chat", "order")
+        turns.start(conn, "t1", sid, "w", 1, [1])
+        assert sessions.claim_view(conn, sid).running
+        assert messages.append(conn, sid, None, [ChatMessage(role="user", content="earlier")]) == 0
+        first = sessions.record_turn(conn, sid, len(batch), Usage(10, 5), 10, 1)
+        assert first == 1
+        messages.insert_at(conn, sid, first, "t1", batch)
+        assert turns.finish(conn, "t1", "completed", Usage(10, 5), "It is 2.", None, [1])
+        assert not turns.finish(conn, "t1", "failed", Usage(), None, "late", [1])  # fenced: no longer running
+        assert not sessions.claim_view(conn, sid).running
+        # a turn without usage keeps the last context figure
+        assert sessions.record_turn(conn, sid, 0, Usage(), 0, 0) == 5
+    with db.connect() as conn:
+        history = messages.load_history(conn, sid)
+        assert [m.role for m in history] == ["user", "user", "assistant", "tool", "assistant"]
+        assert history[2].tool_calls[0].arguments == '{"expression": "1+1"}'
+        assert history[2].reasoning_content == "think"
     with db.read() as s:
-        history = messages.load_history(s, sid)
-        assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
-        assert history[1].tool_calls[0].arguments == '{"expression": "1+1"}'
-        assert history[1].reasoning_content == "think"
         row = sessions.get(s, sid)
-        assert (row.input_tokens, row.output_tokens, row.user_turns) == (10, 5, 1)
+        assert (row.input_tokens, row.output_tokens, row.user_turns, row.last_input_tokens) == (10, 5, 1, 10)
+        assert row.next_position == 5
         assert turns.get(s, "t1").status == "completed"
 
 
 def test_content_blocks_round_trip(db: Database) -> None:
     blocks = [{"type": "text", "text": "look"}, {"type": "image_url", "url": "https://example.invalid/a.png"},
               {"type": "media", "path": "/tmp/x.png", "mime": "image/png"}]
-    with db.write() as s:
-        sid = sessions.get_or_create_current(s, "cli_chat", "img").id
-        messages.append(s, sid, None, [ChatMessage(role="user", content=blocks)])
-    with db.read() as s:
-        assert messages.load_history(s, sid)[0].content == blocks
+    with db.begin() as conn:
+        sid = sessions.current_or_create_id(conn, "cli_chat", "img")
+        messages.append(conn, sid, None, [ChatMessage(role="user", content=blocks)])
+    with db.connect() as conn:
+        assert messages.load_history(conn, sid)[0].content == blocks
 
 
 def test_repair_on_load(db: Database) -> None:
@@ -142,11 +151,11 @@ def test_repair_on_load(db: Database) -> None:
         ChatMessage(role="tool", content="ok", tool_call_id="b", name="read"),
         ChatMessage(role="user", content="next"),
     ]
-    with db.write() as s:
-        sid = sessions.get_or_create_current(s, "cli_chat", "broken").id
-        messages.append(s, sid, None, broken)
-    with db.read() as s:
-        fixed = messages.load_history(s, sid)
+    with db.begin() as conn:
+        sid = sessions.current_or_create_id(conn, "cli_chat", "broken")
+        messages.append(conn, sid, None, broken)
+    with db.connect() as conn:
+        fixed = messages.load_history(conn, sid)
     assert [m.role for m in fixed] == ["user", "assistant", "tool", "tool", "user"]
     assert [m.tool_call_id for m in fixed[2:4]] == ["a", "b"]
     assert fixed[2].content == REPAIR_TEXT and fixed[2].is_error
@@ -162,13 +171,31 @@ def test_repair_is_identity_on_whole_chains() -> None:
 
 
 def test_claimed_rows_states(db: Database) -> None:
+    with db.begin() as conn:
+        sid = sessions.current_or_create_id(conn, "cli_chat", "st")
+        inbound.enqueue(conn, sid, "cli_chat", "x", "u")
+        rows = inbound.claim_first(conn, sid, "tx")
+        assert rows[0].attempts == 1
+        assert [(r.seq, r.attempts) for r in inbound.claimed_by(conn, "tx")] == [(1, 1)]
+        inbound.release_claims(conn, "tx")
+        assert inbound.claim_first(conn, sid, "ty")[0].attempts == 2
+        inbound.set_status(conn, [rows[0].id], INBOUND_PENDING)
+    with db.connect() as conn:
+        assert inbound.sessions_with_work(conn) == [sid]
+        pending = inbound.count_pending(conn, sid)
+    assert pending == 1
+
+
+def test_current_or_create_follows_the_pointer(db: Database) -> None:
+    with db.begin() as conn:
+        first = sessions.current_or_create_id(conn, "cli_chat", "ptr")
+        assert sessions.current_id(conn, "cli_chat", "ptr") == first
     with db.write() as s:
-        sid = sessions.get_or_create_current(s, "cli_chat", "st").id
-        inbound.enqueue(s, sid, "cli_chat", "x", "u")
-        rows = inbound.claim_first(s, sid, "tx")
-        assert rows[0].status == INBOUND_CLAIMED and rows[0].attempts == 1
-        inbound.release_claims(s, "tx")
-    with db.read() as s:
-        assert inbound.sessions_with_work(s) == [sid]
-        pending = inbound.count_pending(s, sid)
-    assert pending == 1 and INBOUND_PENDING == "pending"
+        second = sessions.create(s, "cli_chat", "ptr").id
+    with db.begin() as conn:
+        assert sessions.current_or_create_id(conn, "cli_chat", "ptr") == second
+    with db.write() as s:
+        sessions.archive(s, sessions.get(s, second))
+    with db.begin() as conn:  # the archived pointer falls back to the other live dialog
+        assert sessions.current_id(conn, "cli_chat", "ptr") is None
+        assert sessions.current_or_create_id(conn, "cli_chat", "ptr") == first

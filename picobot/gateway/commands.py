@@ -116,7 +116,7 @@ def _leave(ctx: CommandContext, action: Callable, verb: str) -> Reply:
         row = _current(ctx, s)
         old = row.dialog_id
         action(s, row)
-        inbound.cancel_pending(s, row.id)
+        inbound.cancel_pending(s.connection(), row.id)
         nxt = sessions.current(s, ctx.msg.channel, ctx.msg.chat_id) or sessions.create(s, ctx.msg.channel, ctx.msg.chat_id)
         sessions.set_current(s, nxt)
         info = _describe(nxt)
@@ -211,7 +211,7 @@ def cmd_queue(ctx: CommandContext, arg: str) -> Reply:
 def cmd_stop(ctx: CommandContext, arg: str) -> Reply:
     with ctx.rt.db.write() as s:
         row = _current(ctx, s)
-        cleared = inbound.cancel_pending(s, row.id)
+        cleared = inbound.cancel_pending(s.connection(), row.id)
         sid = row.id
     control.request_stop(ctx.rt.redis, sid)
     return Reply("command", session_id=sid, data={"cleared": cleared},

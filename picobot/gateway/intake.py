@@ -7,7 +7,6 @@ import logging
 from picobot.domain.messages import Content
 from picobot.gateway.commands import CommandContext, handle_command, is_command
 from picobot.gateway.inbound import InboundMessage, Reply
-from picobot.runtime.lease import is_held
 from picobot.runtime.services import Runtime
 from picobot.storage import inbound, sessions
 from picobot.storage.models import MODE_QUEUE, MODE_STEER
@@ -34,24 +33,25 @@ class Gateway:
 
     def accept(self, msg: InboundMessage) -> Reply:
         mode = MODE_QUEUE if msg.mode == MODE_QUEUE else MODE_STEER
-        with self.rt.db.write() as s:
-            sess = sessions.get_or_create_current(s, msg.channel, msg.chat_id)
-            if inbound.count_pending(s, sess.id) >= MAX_PENDING_PER_SESSION:
-                return Reply("rejected", session_id=sess.id, fate="rejected", code="queue_full",
+        with self.rt.db.begin() as conn:
+            session_id = sessions.current_or_create_id(conn, msg.channel, msg.chat_id)
+            pending, busy = inbound.intake_state(conn, session_id)
+            if pending >= MAX_PENDING_PER_SESSION:
+                return Reply("rejected", session_id=session_id, fate="rejected", code="queue_full",
                              text=f"This dialog already has {MAX_PENDING_PER_SESSION} messages waiting; "
                                   "wait for the agent or /stop.")
-            row, created = inbound.enqueue(s, sess.id, msg.channel, msg.content, msg.sender_id, mode,
+            row, created = inbound.enqueue(conn, session_id, msg.channel, msg.content, msg.sender_id, mode,
                                            msg.platform_message_id)
-            session_id, seq = sess.id, row.seq
+        seq = row.seq
         if not created:
             return Reply("accepted", session_id=session_id, seq=seq, fate="duplicate")
         try:
-            busy = is_held(self.rt.redis, session_id)
             self.rt.queue.enqueue_turn(session_id)
         except Exception as exc:  # stored already: the sweeper starts it once Redis is back
             log.warning("input %s#%d stored but not enqueued (%s); the sweeper will run it", session_id, seq,
                         type(exc).__name__)
             return Reply("accepted", session_id=session_id, seq=seq, fate="queued")
+        # `busy`: a turn of this dialog was running when the input was stored (SQL, not the lease)
         fate = ("queued" if mode == MODE_QUEUE else "steered") if busy else "started"
         return Reply("accepted", session_id=session_id, seq=seq, fate=fate)
 

@@ -15,6 +15,7 @@ from picobot.providers._common import (
     SdkProvider,
     SdkAttempt,
     api_message,
+    drain_rest,
     error_for_status,
     looks_like_context_overflow,
     media_note,
@@ -42,6 +43,7 @@ class OpenAIProvider(SdkProvider):
         import openai
 
         self._sdk = openai
+        self._stream_cls = _draining_stream_class(openai)
         return openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0,
                              default_headers=headers)
 
@@ -81,7 +83,7 @@ class OpenAIProvider(SdkProvider):
         body = dict(kwargs)
         body.update(body.pop("extra_body", None) or {})
         return self._client.post("/chat/completions", body=body, cast_to=ChatCompletion, stream=True,
-                                 stream_cls=self._sdk.Stream[ChatCompletionChunk],
+                                 stream_cls=self._stream_cls[ChatCompletionChunk],
                                  options={"security": {"bearer_auth": True}})
 
     def _map_error(self, exc: BaseException) -> BaseException:
@@ -105,6 +107,27 @@ class OpenAIProvider(SdkProvider):
         if isinstance(exc, _transport_errors()) or isinstance(exc, ValueError):
             return unavailable(self.key, f"broken response: {type(exc).__name__}: {exc}", self._redact)
         return exc
+
+
+def _draining_stream_class(openai: Any) -> Any:
+    """The SDK's Stream, reading the body to its end after `[DONE]`.
+
+    The sync SDK stops reading at `[DONE]` and closes the response with the chunked body's end
+    still unread, so every streamed call opened a new TCP connection. (Its async Stream drains.)
+    """
+    from typing import Generic, TypeVar
+
+    T = TypeVar("T")
+
+    class DrainingStream(openai.Stream[T], Generic[T]):
+        def _iter_events(self):  # type: ignore[no-untyped-def]
+            events = super()._iter_events()
+            for sse in events:
+                if sse.data.startswith("[DONE]"):
+                    drain_rest(self.response, events)
+                yield sse
+
+    return DrainingStream
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:

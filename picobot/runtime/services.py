@@ -17,6 +17,7 @@ from picobot.providers.base import Provider
 from picobot.runtime.control import StopWatcher
 from picobot.runtime.publisher import EventPublisher
 from picobot.storage.db import Database
+from picobot.runtime.history_cache import HistoryCache
 from picobot.tools.registry import ToolRegistry
 
 
@@ -44,6 +45,7 @@ class Runtime:
     _stop_watcher: StopWatcher | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     active_turns: set[str] = field(default_factory=set)  # turn ids running in this process
+    history: HistoryCache = field(default_factory=HistoryCache)  # histories of recent turns here
 
     def active_turn_ids(self) -> list[str]:
         with self._lock:

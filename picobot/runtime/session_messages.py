@@ -28,7 +28,7 @@ class SessionMessenger:
             target_id = target.id
             if target_id != self.session_id:
                 # the current session records it through this tool call's own result
-                messages.append(s, target_id, None, [
+                messages.append(s.connection(), target_id, None, [
                     ChatMessage(role="assistant", content=text, marker=MARKER_SESSION_MESSAGE)
                 ])
         self.rt.publisher.publish({

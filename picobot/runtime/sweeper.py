@@ -17,7 +17,7 @@ from picobot.runtime.heartbeat import worker_turns
 from picobot.runtime.lease import Lease, is_held
 from picobot.runtime.services import Runtime
 from picobot.storage import inbound, messages, turns
-from picobot.storage.models import INBOUND_FAILED, TURN_INTERRUPTED, InboundRow
+from picobot.storage.models import INBOUND_FAILED, TURN_INTERRUPTED
 
 log = logging.getLogger("picobot.sweeper")
 
@@ -27,7 +27,7 @@ GRACE_SECS = 2.5  # a live worker re-takes a lost lease within ~1 s and re-beats
 def sweep(rt: Runtime) -> dict[str, int]:
     rt.redis.set(keys.SWEEP_LAST, repr(time.time()), ex=3600)
     with rt.db.read() as s:
-        candidates = [sid for sid in inbound.sessions_with_work(s) if not is_held(rt.redis, sid)]
+        candidates = [sid for sid in inbound.sessions_with_work(s.connection()) if not is_held(rt.redis, sid)]
         stale = [t.session_id for t in turns.running(s) if not is_held(rt.redis, t.session_id)]
     candidates = list(dict.fromkeys(candidates + stale))
     if not candidates:
@@ -42,8 +42,8 @@ def sweep(rt: Runtime) -> dict[str, int]:
             interrupted += _interrupt_dead_turns(rt, sid)
         finally:
             lease.release()
-        with rt.db.read() as s:
-            if inbound.has_pending(s, sid):
+        with rt.db.connect() as conn:
+            if inbound.has_pending(conn, sid):
                 rt.queue.enqueue_turn(sid)
                 woken += 1
     if woken or interrupted:
@@ -72,17 +72,17 @@ def _interrupt_dead_turns(rt: Runtime, session_id: str) -> int:
             turn.status = TURN_INTERRUPTED
             turn.finished_at = time.time()
             turn.error = "the worker running this turn stopped"
-            rows = list(s.query(InboundRow).filter(InboundRow.turn_id == turn.id, InboundRow.status == "claimed"))
+            conn = s.connection()
+            rows = inbound.claimed_by(conn, turn.id)
             if rows and max(r.attempts for r in rows) >= max_attempts:
-                for r in rows:
-                    r.status = INBOUND_FAILED
+                inbound.set_status(conn, [r.id for r in rows], INBOUND_FAILED)
                 note = (f"⚠ Your message could not be answered: the worker running it stopped "
                         f"{max(r.attempts for r in rows)} time(s). Please send it again.")
-                messages.append(s, session_id, turn.id, [ChatMessage(role="user", content=r.content) for r in rows]
+                messages.append(conn, session_id, turn.id, [ChatMessage(role="user", content=r.content) for r in rows]
                                 + [ChatMessage(role="assistant", content=note, marker=MARKER_TURN_ERROR)])
                 failed.append((turn.id, [r.seq for r in rows]))
             else:
-                inbound.release_claims(s, turn.id)
+                inbound.release_claims(conn, turn.id)
     for turn_id, seqs in failed:
         rt.publisher.publish({
             "type": "turn_completed", "session_id": session_id, "turn_id": turn_id, "status": "failed",

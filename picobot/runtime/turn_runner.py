@@ -23,9 +23,7 @@ from picobot.runtime.lease import Lease
 from picobot.runtime.services import Runtime
 from picobot.runtime.session_messages import SessionMessenger
 from picobot.storage import inbound, messages, sessions, turns
-from picobot.storage.models import (
-    INBOUND_DONE, TURN_CANCELLED, TURN_COMPLETED, TURN_FAILED, TURN_INTERRUPTED, InboundRow, TurnRow,
-)
+from picobot.storage.models import INBOUND_DONE, TURN_CANCELLED, TURN_COMPLETED, TURN_FAILED
 from picobot.tools.base import ToolContext
 
 log = logging.getLogger("picobot.turns")
@@ -34,25 +32,35 @@ HIDDEN_FROM_MODEL = {MARKER_TURN_ERROR, MARKER_TURN_STOPPED}
 
 
 def drain_session(rt: Runtime, session_id: str) -> int:
-    """Run turns for the session until its queue is empty; returns how many ran (0 if busy)."""
+    """Run turns for the session until its queue is empty; returns how many ran (0 if busy).
+
+    One turn per lease: after each, the lease is released and *then* the queue is checked. A
+    task that found the lease held relies on exactly that check to see the input it brought.
+    """
     ran = 0
     while True:
         lease = Lease(rt.redis, session_id, rt.config.gateway.turn_lease_secs)
         if not lease.acquire():
-            return ran  # the holder will see our input: it re-checks before it lets go
+            return ran  # the holder will see our input: it re-checks after it lets go
         try:
-            while _run_next_turn(rt, session_id, lease):
-                ran += 1
+            outcome = _run_next_turn(rt, session_id, lease)
         finally:
             lease.release()
-        if rt.db.scalar(inbound.pending_query(session_id)) is None:
+        if outcome is _BLOCKED:
+            # a turn of this session still runs in SQL (its worker may only have lost the lease):
+            # its worker, or the sweeper if it died, carries on; spinning here would help neither
             return ran
+        if outcome:
+            ran += 1
+        with rt.db.connect() as conn:
+            if not inbound.has_pending(conn, session_id):
+                return ran
 
 
 @dataclass
 class _Claimed:
     turn_id: str
-    rows: list[InboundRow]
+    rows: list[inbound.Input]
     history: list[ChatMessage]
     channel: str
     chat_id: str
@@ -60,32 +68,39 @@ class _Claimed:
     user_turns: int
 
 
-def _claim(rt: Runtime, session_id: str) -> _Claimed | None:
-    if rt.db.scalar(inbound.pending_query(session_id)) is None:
-        return None  # nothing to do: skip the write transaction (and SQLite's write lock)
+_BLOCKED = object()  # the claim found a running turn of the session
+
+
+def _claim(rt: Runtime, session_id: str) -> "_Claimed | None | object":
     turn_id = uuid.uuid4().hex
-    with rt.db.write() as s:
-        sess = sessions.get_for_update(s, session_id)  # serialises claims of one session (PostgreSQL)
+    with rt.db.begin() as conn:
+        sess = sessions.claim_view(conn, session_id)  # locks the session row (PostgreSQL)
         if sess is None:
             return None
         if sess.deleted_at is not None:
-            inbound.cancel_pending(s, session_id)
+            inbound.cancel_pending(conn, session_id)
             return None
-        if turns.running(s, session_id):
+        if sess.running:
             # SQL is the authority: a turn still runs (its worker may only have lost the Redis
-            # lease). Never start a second one; its worker, or the sweeper if it died, goes on.
-            return None
-        rows = inbound.claim_first(s, session_id, turn_id)
+            # lease). Never start a second one.
+            return _BLOCKED
+        rows = inbound.claim_first(conn, session_id, turn_id)
         if not rows:
             return None
-        turns.start(s, turn_id, session_id, rt.worker_name, max(r.attempts for r in rows), [r.seq for r in rows])
-        history = [m for m in messages.load_history(s, session_id) if m.marker not in HIDDEN_FROM_MODEL]
-        return _Claimed(turn_id, rows, history, sess.channel, sess.chat_id, sess.agent, sess.user_turns)
+        turns.start(conn, turn_id, session_id, rt.worker_name, max(r.attempts for r in rows), [r.seq for r in rows])
+        stored = rt.history.get(session_id, sess.next_position, sess.compacted_before)
+        if stored is None:
+            stored = messages.load(conn, session_id, sess.compacted_before)
+            rt.history.put(session_id, sess.next_position, sess.compacted_before, stored)
+    history = [m for m in messages.repair_tool_chains(stored) if m.marker not in HIDDEN_FROM_MODEL]
+    return _Claimed(turn_id, rows, history, sess.channel, sess.chat_id, sess.agent, sess.user_turns)
 
 
-def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> bool:
+def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> "bool | object":
     claimed = _claim(rt, session_id)
-    if claimed is None:
+    if claimed is _BLOCKED:
+        return _BLOCKED
+    if not isinstance(claimed, _Claimed):
         return False
     rt.track_turn(claimed.turn_id, True)
     try:
@@ -137,12 +152,9 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
 
 def _abandon(rt: Runtime, turn_id: str) -> None:
     """Give a turn's input back to the queue without storing anything of the turn."""
-    with rt.db.write() as s:
-        turn = s.get(TurnRow, turn_id)
-        if turn is not None and turn.status == "running":
-            turn.status = TURN_INTERRUPTED
-            turn.error = "the turn lost its session lease"
-            inbound.release_claims(s, turn_id)
+    with rt.db.begin() as conn:
+        if turns.interrupt(conn, turn_id, "the turn lost its session lease"):
+            inbound.release_claims(conn, turn_id)
 
 
 def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnController,
@@ -190,10 +202,11 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
 
 
 def _drain_steer(rt: Runtime, session_id: str, turn_id: str, controller: TurnController) -> list[ChatMessage]:
-    if rt.db.scalar(inbound.pending_query(session_id)) is None:
-        return []
-    with rt.db.write() as s:
-        rows = inbound.claim_steer(s, session_id, turn_id)
+    with rt.db.connect() as conn:
+        if not inbound.has_pending(conn, session_id):
+            return []  # the usual case: no write transaction (and no SQLite write lock)
+    with rt.db.begin() as conn:
+        rows = inbound.claim_steer(conn, session_id, turn_id)
         out = []
         for row in rows:
             out.append(ChatMessage(role="user", content=row.content))
@@ -211,16 +224,16 @@ def _commit(rt: Runtime, claimed: _Claimed, session_id: str, result: LoopResult)
         partial = result.partial_text.rstrip()
         to_store.append(ChatMessage(role="assistant", content=f"{partial}\n\n(stopped)" if partial else "(stopped)",
                                     marker=MARKER_TURN_STOPPED))
-    with rt.db.write() as s:
-        turn = s.get(TurnRow, claimed.turn_id)
-        if turn is None or turn.status != "running":
+    user_turns = sum(1 for m in to_store if m.role == "user")
+    with rt.db.begin() as conn:
+        if not turns.finish(conn, claimed.turn_id, status, result.usage, result.final_text, result.error,
+                            sorted({r.seq for r in claimed.rows})):
             return False  # the sweeper declared this turn dead and owns its input now
-        user_turns = sum(1 for m in to_store if m.role == "user")
-        messages.append(s, session_id, claimed.turn_id, to_store)
-        inbound.finish(s, claimed.turn_id, INBOUND_DONE)
-        turns.finish(s, claimed.turn_id, status, result.usage, result.final_text, result.error,
-                     sorted({r.seq for r in claimed.rows}))
-        sessions.add_usage(s, session_id, result.usage, result.last_input_tokens, user_turns)
+        first = sessions.record_turn(conn, session_id, len(to_store), result.usage, result.last_input_tokens,
+                                     user_turns)
+        messages.insert_at(conn, session_id, first, claimed.turn_id, to_store)
+        inbound.finish(conn, claimed.turn_id, INBOUND_DONE)
+    rt.history.extend(session_id, first, to_store)
     return True
 
 

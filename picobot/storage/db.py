@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -36,7 +36,9 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
 
 
 class Database:
-    """One per process. `write()` and `read()` give transactional ORM sessions."""
+    """One per process. `write()` and `read()` give transactional ORM sessions; `begin()` and
+    `connect()` give Core connections for the per-message hot paths, which run statements built
+    once at import (building a statement and its cache key costs more than running it)."""
 
     def __init__(self, url: str):
         self.url = url
@@ -69,14 +71,30 @@ class Database:
             yield s
 
     @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A write transaction on a Core connection (same write lock as `write()`)."""
+        if self._write_gate is None:
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        with self._write_gate, self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        """A read-only Core connection (each statement sees committed data)."""
+        with self.read_engine.connect() as conn:
+            yield conn
+
+    @contextmanager
     def read(self) -> Iterator[Session]:
         with self._read() as s, s.begin():
             yield s
 
-    def scalar(self, statement) -> object:  # type: ignore[no-untyped-def]
+    def scalar(self, statement, params: dict | None = None) -> object:  # type: ignore[no-untyped-def]
         """One value from a read-only Core statement, without an ORM session (hot-path checks)."""
         with self.read_engine.connect() as conn:
-            return conn.execute(statement).scalar()
+            return conn.execute(statement, params).scalar()
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (idempotent)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import Connection, bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from picobot.domain.messages import MARKER_TOOL_REPAIR, ChatMessage, ToolCall
@@ -23,15 +23,29 @@ def to_message(row: MessageRow) -> ChatMessage:
     )
 
 
-def append(s: Session, session_id: str, turn_id: str | None, messages: list[ChatMessage]) -> int:
+_m = MessageRow.__table__
+_INSERT = insert(_m)
+_HISTORY = (select(_m.c.role, _m.c.content, _m.c.tool_calls, _m.c.tool_call_id, _m.c.name, _m.c.reasoning_content,
+                   _m.c.provider_state, _m.c.marker, _m.c.is_error)
+            .where(_m.c.session_id == bindparam("sid"), _m.c.position >= bindparam("since"))
+            .order_by(_m.c.position))
+_COMPACTED_BEFORE = select(SessionRow.__table__.c.compacted_before).where(SessionRow.__table__.c.id == bindparam("sid"))
+
+
+def append(conn: Connection, session_id: str, turn_id: str | None, messages: list[ChatMessage]) -> int:
     """Append messages in the given order (part of the caller's transaction); returns the first position."""
     if not messages:
         return -1
-    first = sessions.reserve_positions(s, session_id, len(messages))
-    now = time.time()
-    # one Core executemany: the ORM's unit of work costs more than the rows on this hot path
-    s.execute(insert(MessageRow), [_row_values(session_id, first + i, turn_id, m, now) for i, m in enumerate(messages)])
+    first = sessions.reserve_positions(conn, session_id, len(messages))
+    insert_at(conn, session_id, first, turn_id, messages)
     return first
+
+
+def insert_at(conn: Connection, session_id: str, first: int, turn_id: str | None, messages: list[ChatMessage]) -> None:
+    """Insert messages at positions reserved already (one executemany)."""
+    if messages:
+        now = time.time()
+        conn.execute(_INSERT, [_row_values(session_id, first + i, turn_id, m, now) for i, m in enumerate(messages)])
 
 
 def _row_values(session_id: str, position: int, turn_id: str | None, m: ChatMessage, now: float) -> dict:
@@ -55,25 +69,21 @@ def load_rows(s: Session, session_id: str, limit: int | None = None) -> list[Mes
     return list(s.scalars(q.order_by(MessageRow.position)))
 
 
-_HISTORY_COLUMNS = (MessageRow.role, MessageRow.content, MessageRow.tool_calls, MessageRow.tool_call_id,
-                    MessageRow.name, MessageRow.reasoning_content, MessageRow.provider_state, MessageRow.marker,
-                    MessageRow.is_error)
-
-
-def load_history(s: Session, session_id: str) -> list[ChatMessage]:
-    """The active history a turn sees, with broken tool chains repaired."""
-    since = s.scalar(select(SessionRow.compacted_before).where(SessionRow.id == session_id))
-    q = select(*_HISTORY_COLUMNS).where(MessageRow.session_id == session_id)
-    if since is not None:
-        q = q.where(MessageRow.position >= since)
-    history = [
+def load(conn: Connection, session_id: str, since: int | None) -> list[ChatMessage]:
+    """The stored messages from position `since` on, as stored (no repair)."""
+    return [
         ChatMessage(role=r.role, content=r.content if r.content is not None else "",
                     tool_calls=[ToolCall.from_dict(c) for c in r.tool_calls or []], tool_call_id=r.tool_call_id,
                     name=r.name, reasoning_content=r.reasoning_content, provider_state=r.provider_state,
                     marker=r.marker, is_error=bool(r.is_error))
-        for r in s.execute(q.order_by(MessageRow.position))  # rows, not ORM objects: cheaper to load
+        for r in conn.execute(_HISTORY, {"sid": session_id, "since": since or 0})
     ]
-    return repair_tool_chains(history)
+
+
+def load_history(conn: Connection, session_id: str) -> list[ChatMessage]:
+    """The active history a turn sees, with broken tool chains repaired."""
+    since = conn.execute(_COMPACTED_BEFORE, {"sid": session_id}).scalar()
+    return repair_tool_chains(load(conn, session_id, since))
 
 
 def count(s: Session, session_id: str) -> int:

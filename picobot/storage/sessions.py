@@ -5,13 +5,78 @@ from __future__ import annotations
 import secrets
 import time
 
-from sqlalchemy import select, update
+from typing import Any
+
+from sqlalchemy import BigInteger, Connection, bindparam, exists, func, select, update
 from sqlalchemy.orm import Session
 
 from picobot.domain.messages import Usage
-from picobot.storage.models import ChatScopeRow, SessionRow
+from picobot.storage.models import TURN_RUNNING, ChatScopeRow, SessionRow, TurnRow
 
 DEFAULT_DIALOG = "default"
+
+_s = SessionRow.__table__
+_scope = ChatScopeRow.__table__
+_t = TurnRow.__table__
+
+# --- hot path: Core statements built once (every message and every turn runs these) --------
+
+_CURRENT_ID = (select(_s.c.id).select_from(_scope.join(_s, _scope.c.current_session_id == _s.c.id))
+               .where(_scope.c.scope == bindparam("scope"), _s.c.deleted_at.is_(None), _s.c.archived_at.is_(None)))
+_CLAIM_VIEW = (select(_s.c.channel, _s.c.chat_id, _s.c.agent, _s.c.user_turns, _s.c.deleted_at, _s.c.next_position,
+                      _s.c.compacted_before,
+                      exists().where(_t.c.session_id == _s.c.id, _t.c.status == TURN_RUNNING).label("running"))
+               .where(_s.c.id == bindparam("sid")).with_for_update(of=_s))
+_RESERVE = (update(_s).where(_s.c.id == bindparam("sid"))
+            .values(next_position=_s.c.next_position + bindparam("n")).returning(_s.c.next_position))
+_RECORD_TURN = (update(_s).where(_s.c.id == bindparam("sid")).values(
+    next_position=_s.c.next_position + bindparam("n"),
+    input_tokens=_s.c.input_tokens + bindparam("inp"),
+    output_tokens=_s.c.output_tokens + bindparam("out"),
+    # a turn that made no model call (or got no usage) keeps the last figure
+    last_input_tokens=func.coalesce(func.nullif(bindparam("last", type_=BigInteger), 0), _s.c.last_input_tokens),
+    user_turns=_s.c.user_turns + bindparam("users"),
+    updated_at=bindparam("now"),
+).returning(_s.c.next_position))
+
+
+def current_id(conn: Connection, channel: str, chat_id: str) -> str | None:
+    """The id of the chat's current dialog when its pointer names a live one (else None: use `current`)."""
+    return conn.execute(_CURRENT_ID, {"scope": f"{channel}:{chat_id}"}).scalar()
+
+
+def current_or_create_id(conn: Connection, channel: str, chat_id: str) -> str:
+    """The current dialog's id, creating or re-pointing it (in the caller's transaction) when needed."""
+    session_id = current_id(conn, channel, chat_id)
+    if session_id is None:  # a new chat, or its dialog was archived or deleted: the slow path
+        with Session(bind=conn) as s:
+            session_id = get_or_create_current(s, channel, chat_id).id
+            s.flush()
+    return session_id
+
+
+def claim_view(conn: Connection, session_id: str) -> Any:
+    """What a turn needs of its session, locked until the transaction ends (PostgreSQL; SQLite has
+    one writer), and whether a turn of it is running. None if there is no such session."""
+    return conn.execute(_CLAIM_VIEW, {"sid": session_id}).first()
+
+
+def reserve_positions(conn: Connection, session_id: str, count: int) -> int:
+    """Reserve `count` message positions; returns the first."""
+    return conn.execute(_RESERVE, {"sid": session_id, "n": count}).scalar_one() - count
+
+
+def record_turn(conn: Connection, session_id: str, count: int, usage: Usage, last_input_tokens: int,
+                user_turns: int) -> int:
+    """Reserve a turn's message positions and add its usage, in one statement; returns the first position."""
+    end = conn.execute(_RECORD_TURN, {
+        "sid": session_id, "n": count, "inp": usage.input_tokens, "out": usage.output_tokens,
+        "last": last_input_tokens, "users": user_turns, "now": time.time(),
+    }).scalar_one()
+    return end - count
+
+
+# --- dialogs (ORM: commands, pages, connects) -----------------------------------------------
 
 
 def session_id_of(channel: str, chat_id: str, dialog_id: str) -> str:
@@ -20,11 +85,6 @@ def session_id_of(channel: str, chat_id: str, dialog_id: str) -> str:
 
 def get(s: Session, session_id: str) -> SessionRow | None:
     return s.get(SessionRow, session_id)
-
-
-def get_for_update(s: Session, session_id: str) -> SessionRow | None:
-    """The session row, locked until the transaction ends (a no-op lock on SQLite's single writer)."""
-    return s.scalars(select(SessionRow).where(SessionRow.id == session_id).with_for_update()).first()
 
 
 def _live(row: SessionRow | None) -> bool:
@@ -114,32 +174,3 @@ def archive(s: Session, row: SessionRow) -> None:
 
 def delete(s: Session, row: SessionRow) -> None:
     row.deleted_at = time.time()
-
-
-def next_seq(s: Session, session_id: str) -> int:
-    """Atomically reserve the session's next inbound sequence number."""
-    return s.execute(
-        update(SessionRow).where(SessionRow.id == session_id)
-        .values(next_seq=SessionRow.next_seq + 1, updated_at=time.time()).returning(SessionRow.next_seq)
-    ).scalar_one()
-
-
-def reserve_positions(s: Session, session_id: str, count: int) -> int:
-    """Reserve `count` message positions; returns the first."""
-    end = s.execute(
-        update(SessionRow).where(SessionRow.id == session_id)
-        .values(next_position=SessionRow.next_position + count).returning(SessionRow.next_position)
-    ).scalar_one()
-    return end - count
-
-
-def add_usage(s: Session, session_id: str, usage: Usage, last_input_tokens: int, user_turns: int) -> None:
-    s.execute(
-        update(SessionRow).where(SessionRow.id == session_id).values(
-            input_tokens=SessionRow.input_tokens + usage.input_tokens,
-            output_tokens=SessionRow.output_tokens + usage.output_tokens,
-            last_input_tokens=last_input_tokens if last_input_tokens else SessionRow.last_input_tokens,
-            user_turns=SessionRow.user_turns + user_turns,
-            updated_at=time.time(),
-        )
-    )

@@ -1,37 +1,48 @@
-"""Turn records: one row per turn, with its status from start to completion."""
+"""Turn records: one row per turn, with its status from start to completion.
+
+`start` and `finish` run once per turn on the hot path: Core statements on a Connection.
+"""
 
 from __future__ import annotations
 
 import time
 
-from sqlalchemy import select
+from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from picobot.domain.messages import Usage
-from picobot.storage.models import TURN_RUNNING, TurnRow
+from picobot.storage.models import TURN_INTERRUPTED, TURN_RUNNING, TurnRow
+
+_t = TurnRow.__table__
+
+_START = insert(_t)
+_FINISH = (update(_t).where(_t.c.id == bindparam("turn"), _t.c.status == TURN_RUNNING)
+           .values(status=bindparam("status"), finished_at=bindparam("now"), input_tokens=bindparam("inp"),
+                   output_tokens=bindparam("out"), final_text=bindparam("final"), error=bindparam("err"),
+                   inbound_seqs=bindparam("seqs", type_=_t.c.inbound_seqs.type)))
+
+_INTERRUPT = (update(_t).where(_t.c.id == bindparam("turn"), _t.c.status == TURN_RUNNING)
+              .values(status=TURN_INTERRUPTED, finished_at=bindparam("now"), error=bindparam("err")))
 
 
-def start(s: Session, turn_id: str, session_id: str, worker: str, attempt: int, inbound_seqs: list[int]) -> TurnRow:
-    row = TurnRow(
-        id=turn_id, session_id=session_id, status=TURN_RUNNING, worker=worker, attempt=attempt,
-        started_at=time.time(), input_tokens=0, output_tokens=0, inbound_seqs=inbound_seqs,
-    )
-    s.add(row)
-    return row
+def start(conn: Connection, turn_id: str, session_id: str, worker: str, attempt: int, inbound_seqs: list[int]) -> None:
+    conn.execute(_START, {"id": turn_id, "session_id": session_id, "status": TURN_RUNNING, "worker": worker,
+                          "attempt": attempt, "started_at": time.time(), "input_tokens": 0, "output_tokens": 0,
+                          "inbound_seqs": inbound_seqs})
 
 
-def finish(s: Session, turn_id: str, status: str, usage: Usage, final_text: str | None, error: str | None,
-           inbound_seqs: list[int]) -> None:
-    row = s.get(TurnRow, turn_id)
-    if row is None:
-        return
-    row.status = status
-    row.finished_at = time.time()
-    row.input_tokens = usage.input_tokens
-    row.output_tokens = usage.output_tokens
-    row.final_text = final_text
-    row.error = error
-    row.inbound_seqs = inbound_seqs
+def finish(conn: Connection, turn_id: str, status: str, usage: Usage, final_text: str | None, error: str | None,
+           inbound_seqs: list[int]) -> bool:
+    """Close a running turn. False when it no longer runs (the sweeper declared it dead): a fence."""
+    return conn.execute(_FINISH, {
+        "turn": turn_id, "status": status, "now": time.time(), "inp": usage.input_tokens, "out": usage.output_tokens,
+        "final": final_text, "err": error, "seqs": inbound_seqs,
+    }).rowcount == 1
+
+
+def interrupt(conn: Connection, turn_id: str, error: str) -> bool:
+    """Mark a running turn interrupted (its input is then released by the caller); False if it no longer runs."""
+    return conn.execute(_INTERRUPT, {"turn": turn_id, "now": time.time(), "err": error}).rowcount == 1
 
 
 def get(s: Session, turn_id: str) -> TurnRow | None:

@@ -50,6 +50,8 @@ Control API
                                          (non-streaming: cut before any response)
     "stream_error": {"after_chunks": N, "message": "...", "type": "..."}
                                          an in-stream error event after N chunks
+    "linger_ms": 0                       keep the streamed body open this long after the last event
+                                         (a slow proxy) before ending it
 
 Without a matching rule (demo mode): if tools are offered and the conversation ends with a user
 message, an arithmetic expression calls `calculator` {"expression": ...}, a mention of time/date calls

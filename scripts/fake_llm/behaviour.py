@@ -56,6 +56,7 @@ class Fault:
     context_length_error: bool = False
     drop_after_chunks: int | None = None
     stream_error: dict[str, Any] | None = None  # {"after_chunks": N, "message": ..., "type": ...}
+    linger_ms: int = 0  # after the last event, before the body ends (a slow proxy)
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any]) -> Fault:
@@ -67,6 +68,7 @@ class Fault:
             context_length_error=bool(spec.get("context_length_error")),
             drop_after_chunks=None if drop is None else int(drop),
             stream_error=spec.get("stream_error"),
+            linger_ms=int(spec.get("linger_ms") or 0),
         )
 
 

@@ -116,6 +116,12 @@ class Handler(BaseHTTPRequestHandler):
     timeout = 300  # idle keep-alive connections go away eventually
     server: FakeServer
 
+    def setup(self) -> None:
+        super().setup()
+        # as real API servers do: small SSE chunks go out at once instead of waiting on Nagle's
+        # algorithm for the client's delayed ACK (40 ms per stall on Linux)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.verbose:
             super().log_message(format, *args)
@@ -175,7 +181,8 @@ class Handler(BaseHTTPRequestHandler):
     def _serve_llm(self, wire: ModuleType, path: str, body: Any) -> None:
         headers, auth = recorded_headers(self.headers)
         self.server.script.record({"time": time.time(), "protocol": wire.NAME, "path": path,
-                                   "headers": headers, "auth": auth, "body": body})
+                                   "headers": headers, "auth": auth, "body": body,
+                                   "peer": "%s:%s" % self.client_address[:2]})
         problem = "request body must be a JSON object" if not isinstance(body, dict) else wire.validate(body)
         if problem:
             self._send_json(400, wire.error_body(400, problem, "invalid_request_error"))
@@ -225,6 +232,9 @@ class Handler(BaseHTTPRequestHandler):
                     self._cut()
                     return
                 self._write_chunk(frame)
+            if fault.linger_ms and self.server.stopping.wait(fault.linger_ms / 1000):
+                self._cut()
+                return
             self._write_chunk(b"")
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
