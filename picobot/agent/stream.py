@@ -3,18 +3,42 @@
 from __future__ import annotations
 
 import queue
-import threading
 from typing import Iterator
 
 from picobot.domain.cancel import CancelToken
 from picobot.errors import ProviderUnavailable, TurnCancelled
 from picobot.providers.base import ProviderEvent, ProviderStream
+from picobot.threadpool import pool
 
 _END = object()
 
 
 def pump(stream: ProviderStream, cancel: CancelToken, idle_timeout: float) -> Iterator[ProviderEvent]:
     """Yield the stream's events; raise TurnCancelled within ~50 ms of cancel, even mid-read."""
+    if getattr(stream, "wakes_on_close", False):
+        return _direct(stream, cancel, idle_timeout)
+    return _threaded(stream, cancel, idle_timeout)
+
+
+def _direct(stream: ProviderStream, cancel: CancelToken, idle_timeout: float) -> Iterator[ProviderEvent]:
+    """A stream whose close() wakes its consumer (our providers' RetryingStream): no extra thread."""
+    stream.idle_timeout = idle_timeout  # type: ignore[attr-defined]
+    unregister = cancel.on_cancel(lambda: _close_quietly(stream))
+    try:
+        for event in stream:
+            if cancel.cancelled:
+                break
+            yield event
+        if cancel.cancelled:
+            raise TurnCancelled(cancel.reason)
+    finally:
+        unregister()
+        if cancel.cancelled:
+            _close_quietly(stream)
+
+
+def _threaded(stream: ProviderStream, cancel: CancelToken, idle_timeout: float) -> Iterator[ProviderEvent]:
+    """Any other stream: read on a pooled thread, so a blocked read cannot hold up /stop."""
     q: queue.Queue[object] = queue.Queue()
 
     def reader() -> None:
@@ -27,7 +51,7 @@ def pump(stream: ProviderStream, cancel: CancelToken, idle_timeout: float) -> It
             q.put(exc)
         q.put(_END)
 
-    threading.Thread(target=reader, name="provider-stream", daemon=True).start()
+    pool("provider-stream").submit(reader)
     def on_cancel() -> None:
         q.put(_END)  # wake the consumer at once, even if close() cannot interrupt the read
         _close_quietly(stream)

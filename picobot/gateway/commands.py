@@ -11,7 +11,7 @@ from picobot.domain.messages import text_of
 from picobot.gateway.inbound import InboundMessage, Reply
 from picobot.runtime import control
 from picobot.runtime.health import check_health
-from picobot.storage import inbound, messages, sessions
+from picobot.storage import inbound, messages, sessions, turns
 from picobot.storage.models import SessionRow
 
 if TYPE_CHECKING:
@@ -117,11 +117,11 @@ def _leave(ctx: CommandContext, action: Callable, verb: str) -> Reply:
         old = row.dialog_id
         action(s, row)
         inbound.cancel_pending(s.connection(), row.id)
+        running = turns.running_ids(s.connection(), row.id)
         nxt = sessions.current(s, ctx.msg.channel, ctx.msg.chat_id) or sessions.create(s, ctx.msg.channel, ctx.msg.chat_id)
         sessions.set_current(s, nxt)
         info = _describe(nxt)
-        old_id = row.id
-    control.request_stop(ctx.rt.redis, old_id)
+    control.request_stop(ctx.rt.redis, running)
     return Reply("command", session_id=info["session_id"], session_changed=True, data=info,
                  text=f"{verb} {old}. Now in {info['dialog_id']}.")
 
@@ -211,9 +211,12 @@ def cmd_queue(ctx: CommandContext, arg: str) -> Reply:
 def cmd_stop(ctx: CommandContext, arg: str) -> Reply:
     with ctx.rt.db.write() as s:
         row = _current(ctx, s)
+        # the turns running now, read with the clearing: a turn claimed a moment ago is stopped,
+        # and input not yet claimed is cleared, so nothing slips between the two
         cleared = inbound.cancel_pending(s.connection(), row.id)
+        running = turns.running_ids(s.connection(), row.id)
         sid = row.id
-    control.request_stop(ctx.rt.redis, sid)
+    control.request_stop(ctx.rt.redis, running)
     return Reply("command", session_id=sid, data={"cleared": cleared},
                  text=f"Stopping the current turn; cleared {cleared} waiting message(s).")
 

@@ -27,7 +27,8 @@ from picobot.errors import (
     ProviderRateLimited,
     ProviderUnavailable,
 )
-from picobot.providers.base import ProviderEvent
+from picobot.providers.base import Completed, ProviderEvent
+from picobot.threadpool import pool
 
 log = logging.getLogger("picobot.providers")
 
@@ -334,6 +335,10 @@ class RetryingStream:
         self._started = False
         self._delivered = False
         self.attempts = 0
+        self.idle_timeout: float | None = None  # the longest wait for the next event (None: the SDK's timeouts)
+
+    # close() from another thread ends iteration at once: the agent loop consumes it directly
+    wakes_on_close = True
 
     def __iter__(self) -> Iterator[ProviderEvent]:
         with self._lock:
@@ -341,7 +346,7 @@ class RetryingStream:
                 raise RuntimeError("a provider stream can be iterated only once")
             self._started = True
         if not self._closed.is_set():
-            threading.Thread(target=self._produce, name=f"llm-{self._provider}", daemon=True).start()
+            pool("llm-stream").submit(self._produce)
         return self._consume()
 
     def close(self) -> None:
@@ -359,7 +364,10 @@ class RetryingStream:
     def _consume(self) -> Iterator[ProviderEvent]:
         try:
             while not self._closed.is_set():
-                kind, value = self._queue.get()
+                try:
+                    kind, value = self._queue.get(timeout=self.idle_timeout)
+                except queue.Empty:
+                    raise ProviderUnavailable(f"the model sent nothing for {self.idle_timeout:.0f} s") from None
                 if self._closed.is_set() or kind == _END:
                     return
                 if kind == _ERROR:
@@ -403,6 +411,11 @@ class RetryingStream:
                 if self._closed.is_set():
                     return
                 self._delivered = True
+                if isinstance(event, Completed):
+                    # the response is read to its end and its connection may be pooled again:
+                    # a close() from here on must not shut that socket down
+                    with self._lock:
+                        self._attempt = None
                 self._queue.put((_EVENT, event))
         finally:
             with self._lock:

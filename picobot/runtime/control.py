@@ -1,75 +1,128 @@
-"""/stop across processes: a Redis flag (polled) plus a pub/sub poke (instant)."""
+"""Watching the turns a worker runs: lease renewal and /stop, one thread per process.
+
+`/stop` names the turns it stops: the command reads the session's running turns in the same
+transaction that clears its pending input, so a turn claimed a moment earlier is stopped and a
+later one has nothing left to run. Each stopped turn gets a Redis flag (polled, so a missed
+message or a restarted subscriber loses nothing) and a pub/sub poke (instant).
+
+The supervisor thread renews every lease of its process's turns and polls their stop flags in one
+pipelined round trip per tick, instead of a thread and its own Redis calls per turn.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
-from collections import defaultdict
+import time
+from dataclasses import dataclass, field
 
 import redis
 
 from picobot.domain.cancel import CancelToken
 from picobot.runtime import keys
+from picobot.runtime.lease import Lease
 
 log = logging.getLogger("picobot.control")
 
-
-def redis_now(r: redis.Redis) -> float:
-    sec, usec = r.time()
-    return sec + usec / 1e6
-
-
-def request_stop(r: redis.Redis, session_id: str) -> None:
-    """Ask whichever worker runs this session's turn to stop it."""
-    r.set(keys.stop(session_id), repr(redis_now(r)), ex=3600)
-    r.publish(keys.CONTROL_CHANNEL, json.dumps({"action": "stop", "session_id": session_id}))
+TICK_SECS = 0.25
+STOP_FLAG_SECS = 3600
+LOST_AFTER_FAILED_RENEWALS = 3  # another holder for ~3 renewals: not a passing sweeper check
 
 
-def stop_requested_since(r: redis.Redis, session_id: str, since: float) -> bool:
-    value = r.get(keys.stop(session_id))
-    return value is not None and float(value) >= since
+def request_stop(r: redis.Redis, turn_ids: list[str]) -> None:
+    """Ask whichever workers run these turns to stop them."""
+    if not turn_ids:
+        return
+    pipe = r.pipeline(transaction=False)
+    for turn_id in turn_ids:
+        pipe.set(keys.stop(turn_id), "1", ex=STOP_FLAG_SECS)
+    pipe.publish(keys.CONTROL_CHANNEL, json.dumps({"action": "stop", "turn_ids": turn_ids}))
+    pipe.execute()
 
 
-class StopWatcher:
-    """One per worker process: cancels the local turns of a session when /stop arrives."""
+@dataclass
+class Watched:
+    turn_id: str
+    lease: Lease
+    cancel: CancelToken
+    lost: bool = False
+    failures: int = 0
+    renewed_at: float = field(default=0.0)
 
-    def __init__(self, r: redis.Redis):
+
+class TurnSupervisor:
+    """One per worker process: keeps the leases of its running turns and cancels them on /stop."""
+
+    def __init__(self, r: redis.Redis, lease_secs: float):
         self.r = r
-        self._tokens: dict[str, set[CancelToken]] = defaultdict(set)
+        self.renew_every = min(1.0, lease_secs / 3)
+        self._turns: dict[str, Watched] = {}
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._threads_started = False
 
-    def register(self, session_id: str, token: CancelToken) -> None:
+    def watch(self, turn_id: str, lease: Lease, cancel: CancelToken) -> Watched:
+        watched = Watched(turn_id, lease, cancel)
         with self._lock:
-            self._tokens[session_id].add(token)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="stop-watcher", daemon=True)
-                self._thread.start()
+            self._turns[turn_id] = watched
+            if not self._threads_started:
+                self._threads_started = True
+                threading.Thread(target=self._poll_loop, name="turn-supervisor", daemon=True).start()
+                threading.Thread(target=self._listen_loop, name="stop-listener", daemon=True).start()
+        return watched
 
-    def unregister(self, session_id: str, token: CancelToken) -> None:
+    def unwatch(self, turn_id: str) -> None:
         with self._lock:
-            tokens = self._tokens.get(session_id)
-            if tokens is not None:
-                tokens.discard(token)
-                if not tokens:
-                    del self._tokens[session_id]
+            self._turns.pop(turn_id, None)
 
-    def cancel_local(self, session_id: str) -> None:
+    def cancel_local(self, turn_ids: list[str]) -> None:
         with self._lock:
-            tokens = list(self._tokens.get(session_id, ()))
-        for token in tokens:
-            token.cancel("stopped")
+            found = [self._turns[t] for t in turn_ids if t in self._turns]
+        for watched in found:
+            watched.cancel.cancel("stopped")
 
-    def _run(self) -> None:
+    # --- the polling thread -----------------------------------------------------------
+
+    def _poll_loop(self) -> None:
+        while True:
+            time.sleep(TICK_SECS)
+            with self._lock:
+                watched = list(self._turns.values())
+            if not watched:
+                continue
+            try:
+                self._tick(watched, time.monotonic())
+            except Exception as exc:  # Redis hiccup: turns go on; the next tick tries again
+                log.warning("turn supervisor: %s", exc)
+
+    def _tick(self, watched: list[Watched], now: float) -> None:
+        due = [w for w in watched if now - w.renewed_at >= self.renew_every]
+        pipe = self.r.pipeline(transaction=False)
+        pipe.mget([keys.stop(w.turn_id) for w in watched])
+        for w in due:
+            w.lease.renew_in(pipe)
+        results = pipe.execute()
+        for w, flag in zip(watched, results[0]):
+            if flag is not None:
+                w.cancel.cancel("stopped")
+        for w, renewed in zip(due, results[1:]):
+            w.renewed_at = now
+            w.failures = 0 if renewed else w.failures + 1
+            if w.failures >= LOST_AFTER_FAILED_RENEWALS and not w.lost:
+                w.lost = True
+                w.cancel.cancel("lease lost")
+
+    # --- the pub/sub thread -----------------------------------------------------------
+
+    def _listen_loop(self) -> None:
         while True:
             try:
                 pubsub = self.r.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(keys.CONTROL_CHANNEL)
                 for message in pubsub.listen():
                     data = json.loads(message["data"])
-                    if data.get("action") == "stop":
-                        self.cancel_local(data.get("session_id", ""))
-            except Exception as exc:  # Redis restarts: reconnect; the polled flag covers the gap
-                log.warning("stop watcher reconnecting: %s", exc)
+                    if data.get("action") == "stop" and isinstance(data.get("turn_ids"), list):
+                        self.cancel_local([str(t) for t in data["turn_ids"]])
+            except Exception as exc:  # Redis restarts: reconnect; the polled flags cover the gap
+                log.warning("stop listener reconnecting: %s", exc)
                 threading.Event().wait(1.0)

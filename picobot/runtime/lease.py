@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import redis
 
@@ -22,6 +23,18 @@ return 0
 """
 
 
+_scripts: dict[tuple[int, str], Any] = {}
+
+
+def _script(r: redis.Redis, source: str) -> Any:
+    """A registered script (EVALSHA; reloaded by redis-py after a Redis restart), one per client."""
+    key = (id(r), source)
+    script = _scripts.get(key)
+    if script is None:
+        script = _scripts[key] = r.register_script(source)
+    return script
+
+
 class Lease:
     def __init__(self, r: redis.Redis, session_id: str, ttl_secs: float):
         self.r = r
@@ -34,10 +47,14 @@ class Lease:
 
     def renew(self) -> bool:
         """Extend the lease; re-take it if Redis lost it. False: another holder has it."""
-        return bool(self.r.eval(_RENEW, 1, self.key, self.token, self.ttl_ms))
+        return bool(_script(self.r, _RENEW)(keys=[self.key], args=[self.token, self.ttl_ms]))
+
+    def renew_in(self, pipe: redis.client.Pipeline) -> None:
+        """Queue a renew() on a pipeline; its result is truthy when the lease is (again) ours."""
+        _script(self.r, _RENEW)(keys=[self.key], args=[self.token, self.ttl_ms], client=pipe)
 
     def release(self) -> None:
-        self.r.eval(_RELEASE, 1, self.key, self.token)
+        _script(self.r, _RELEASE)(keys=[self.key], args=[self.token])
 
 
 def is_held(r: redis.Redis, session_id: str) -> bool:

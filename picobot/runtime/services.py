@@ -14,7 +14,7 @@ import redis
 from picobot.config import Config
 from picobot.errors import ConfigError
 from picobot.providers.base import Provider
-from picobot.runtime.control import StopWatcher
+from picobot.runtime.control import TurnSupervisor
 from picobot.runtime.publisher import EventPublisher
 from picobot.storage.db import Database
 from picobot.runtime.history_cache import HistoryCache
@@ -42,7 +42,7 @@ class Runtime:
     _providers: dict[str, Provider] = field(default_factory=dict)
     _tools: ToolRegistry | None = None
     _publisher: EventPublisher | None = None
-    _stop_watcher: StopWatcher | None = None
+    _supervisor: TurnSupervisor | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     active_turns: set[str] = field(default_factory=set)  # turn ids running in this process
     history: HistoryCache = field(default_factory=HistoryCache)  # histories of recent turns here
@@ -69,11 +69,11 @@ class Runtime:
             return self._publisher
 
     @property
-    def stop_watcher(self) -> StopWatcher:
+    def supervisor(self) -> TurnSupervisor:
         with self._lock:
-            if self._stop_watcher is None:
-                self._stop_watcher = StopWatcher(self.redis)
-            return self._stop_watcher
+            if self._supervisor is None:
+                self._supervisor = TurnSupervisor(self.redis, self.config.gateway.turn_lease_secs)
+            return self._supervisor
 
     def provider(self, key: str) -> Provider:
         with self._lock:

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from dataclasses import dataclass
 
@@ -17,8 +16,7 @@ from picobot.agent.loop import AgentLoop, LoopResult, LoopSettings
 from picobot.agent.snapshot import TurnController
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import MARKER_TURN_ERROR, MARKER_TURN_STOPPED, ChatMessage, Usage
-from picobot.errors import ConfigError, PicoBotError
-from picobot.runtime import control
+from picobot.errors import ConfigError
 from picobot.runtime.lease import Lease
 from picobot.runtime.services import Runtime
 from picobot.runtime.session_messages import SessionMessenger
@@ -118,9 +116,7 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
     controller = TurnController(session_id, claimed.turn_id, show_tool_results=rt.config.gateway.show_tool_results)
     turn_key = f"{session_id}#{claimed.turn_id}"
     controller.listener = rt.publisher.snapshot_listener(turn_key, controller.snapshot)
-    keeper = _LeaseKeeper(rt, lease, session_id, cancel)
-    rt.stop_watcher.register(session_id, cancel)
-    keeper.start()
+    watched = rt.supervisor.watch(claimed.turn_id, lease, cancel)
     try:
         result = _execute(rt, claimed, session_id, controller, cancel)
     except Exception as exc:  # a bug or infrastructure failure: record it, never lose the input
@@ -128,9 +124,8 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
         result = LoopResult(messages=[], usage=Usage(), status="failed",
                             error=f"Internal error while running the turn ({type(exc).__name__}).")
     finally:
-        keeper.stop()
-        rt.stop_watcher.unregister(session_id, cancel)
-    if keeper.lost:
+        rt.supervisor.unwatch(claimed.turn_id)
+    if watched.lost:
         log.warning("turn %s lost its lease; its input will be re-run", claimed.turn_id)
         _abandon(rt, claimed.turn_id)
         committed = False
@@ -235,43 +230,3 @@ def _commit(rt: Runtime, claimed: _Claimed, session_id: str, result: LoopResult)
         inbound.finish(conn, claimed.turn_id, INBOUND_DONE)
     rt.history.extend(session_id, first, to_store)
     return True
-
-
-class _LeaseKeeper:
-    """Renews the lease and polls the stop flag while a turn runs."""
-
-    def __init__(self, rt: Runtime, lease: Lease, session_id: str, cancel: CancelToken):
-        self.rt = rt
-        self.lease = lease
-        self.session_id = session_id
-        self.cancel = cancel
-        self.lost = False
-        self._done = threading.Event()
-        self._interval = min(1.0, rt.config.gateway.turn_lease_secs / 3)
-        self._started = control.redis_now(rt.redis)
-        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join(timeout=2)
-
-    def _run(self) -> None:
-        polls = failures = 0
-        while not self._done.wait(0.25):
-            try:
-                if control.stop_requested_since(self.rt.redis, self.session_id, self._started):
-                    self.cancel.cancel("stopped")
-                polls += 1
-                if polls * 0.25 >= self._interval:
-                    polls = 0
-                    failures = 0 if self.lease.renew() else failures + 1
-                    if failures >= 3:  # held by another for 3 s: not a passing sweeper check
-                        self.lost = True
-                        self.cancel.cancel("lease lost")
-            except PicoBotError:
-                raise
-            except Exception as exc:  # Redis hiccup: keep the turn going, try again
-                log.warning("lease keeper for %s: %s", self.session_id, exc)

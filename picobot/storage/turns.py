@@ -45,6 +45,13 @@ def interrupt(conn: Connection, turn_id: str, error: str) -> bool:
     return conn.execute(_INTERRUPT, {"turn": turn_id, "now": time.time(), "err": error}).rowcount == 1
 
 
+_RUNNING_IDS = select(_t.c.id).where(_t.c.session_id == bindparam("sid"), _t.c.status == TURN_RUNNING)
+
+
+def running_ids(conn: Connection, session_id: str) -> list[str]:
+    return list(conn.execute(_RUNNING_IDS, {"sid": session_id}).scalars())
+
+
 def get(s: Session, turn_id: str) -> TurnRow | None:
     return s.get(TurnRow, turn_id)
 
