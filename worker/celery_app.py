@@ -47,6 +47,7 @@ def make_celery(config: Config) -> PicoCelery:
     sweep_every = config.gateway.sweep_interval_secs
     app.conf.update(
         broker_url=url,
+        broker_transport="worker.broker:Transport",  # kombu's Redis transport minus a client per publish
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": 3600},
         task_ignore_result=True,
