@@ -13,7 +13,7 @@ from picobot.config.secrets import redact, secret_values
 class RedactingFilter(logging.Filter):
     def __init__(self, secrets: set[str]):
         super().__init__()
-        self.secrets = secrets
+        self.secrets = sorted(secrets, key=len, reverse=True)  # sorted once, not per record
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:

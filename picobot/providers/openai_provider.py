@@ -5,6 +5,7 @@ The SDK is imported when a provider is constructed, not when this module is impo
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -78,12 +79,12 @@ class OpenAIProvider(SdkProvider):
         and tool schema by type introspection, which costs more CPU than the rest of a turn
         and grows with history. The response side (types, stream parsing, errors) is the SDK's.
         """
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        from openai.types.chat import ChatCompletion
 
         body = dict(kwargs)
         body.update(body.pop("extra_body", None) or {})
         return self._client.post("/chat/completions", body=body, cast_to=ChatCompletion, stream=True,
-                                 stream_cls=self._stream_cls[ChatCompletionChunk],
+                                 stream_cls=self._stream_cls[object],
                                  options={"security": {"bearer_auth": True}})
 
     def _map_error(self, exc: BaseException) -> BaseException:
@@ -161,51 +162,63 @@ class _OpenAIAttempt(SdkAttempt):
         tools: dict[int, _ToolAcc] = {}
         usage = Usage()
         finish: str | None = None
-        # Chunks are built without validation: compatible servers may leave fields out, hence getattr.
+        # Chunks arrive as the JSON objects the server sent (the SDK's Stream[object]: its SSE
+        # parsing and in-stream error handling, without building a pydantic model per chunk).
+        # Compatible servers may leave fields out or set them to null, hence `_obj` and .get.
         for chunk in self.sdk_stream:
-            chunk_usage = getattr(chunk, "usage", None)
-            if chunk_usage is not None:
-                usage = Usage(chunk_usage.prompt_tokens or 0, chunk_usage.completion_tokens or 0)
-            for choice in (getattr(chunk, "choices", None) or [])[:1]:
-                delta = getattr(choice, "delta", None)
-                if delta is not None:
+            chunk = _obj(chunk)
+            chunk_usage = _obj(chunk.get("usage"))
+            if chunk_usage:
+                usage = Usage(chunk_usage.get("prompt_tokens") or 0, chunk_usage.get("completion_tokens") or 0)
+            for choice in (chunk.get("choices") or [])[:1]:
+                choice = _obj(choice)
+                delta = _obj(choice.get("delta"))
+                if delta:
                     yield from _delta_events(delta, text, reasoning, tools)
-                finish = getattr(choice, "finish_reason", None) or finish
+                finish = choice.get("finish_reason") or finish
         if finish is None:
             raise unavailable(self._provider.key, "stream ended before the response was complete",
                               self._provider._redact)
         yield _completed(text, reasoning, tools, usage, finish)
 
 
-def _delta_events(delta: Any, text: list[str], reasoning: list[str], tools: dict[int, _ToolAcc]) -> Iterator[ProviderEvent]:
-    thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _delta_events(delta: dict[str, Any], text: list[str], reasoning: list[str],
+                  tools: dict[int, _ToolAcc]) -> Iterator[ProviderEvent]:
+    thought = delta.get("reasoning_content") or delta.get("reasoning")
     if isinstance(thought, str) and thought:
         reasoning.append(thought)
         yield ReasoningDelta(thought)
-    content = getattr(delta, "content", None)
-    if content:
+    content = delta.get("content")
+    if isinstance(content, str) and content:
         text.append(content)
         yield TextDelta(content)
-    for call in getattr(delta, "tool_calls", None) or []:
-        function = getattr(call, "function", None)
+    for call in delta.get("tool_calls") or []:
+        call = _obj(call)
+        function = _obj(call.get("function"))
         slot = _slot(call, tools)
         acc = tools.get(slot)
         first = acc is None
         if acc is None:
-            acc = tools[slot] = _ToolAcc(len(tools), getattr(call, "id", None) or f"call_{uuid.uuid4().hex[:24]}",
-                                         getattr(function, "name", None) or "")
-        piece = getattr(function, "arguments", None) or ""
+            acc = tools[slot] = _ToolAcc(len(tools), call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
+                                         function.get("name") or "")
+        piece = function.get("arguments") or ""
+        if not isinstance(piece, str):  # a server that sends the arguments as a JSON object
+            piece = json.dumps(piece)
         acc.arguments += piece
         if first or piece:
             yield ToolCallDelta(acc.index, acc.id if first else None, acc.name if first else None, piece)
 
 
-def _slot(call: Any, tools: dict[int, _ToolAcc]) -> int:
+def _slot(call: dict[str, Any], tools: dict[int, _ToolAcc]) -> int:
     """The accumulator key of a tool-call delta: its index, or (servers that omit it) its id."""
-    index = getattr(call, "index", None)
-    if index is not None:
-        return int(index)
-    call_id = getattr(call, "id", None)
+    index = call.get("index")
+    if isinstance(index, int):
+        return index
+    call_id = call.get("id")
     known = next((k for k, acc in tools.items() if call_id and acc.id == call_id), None)
     if known is not None:
         return known

@@ -16,6 +16,7 @@ from picobot.runtime import keys
 log = logging.getLogger("picobot.events")
 
 SNAPSHOT_TTL_SECS = 3600
+FINISHED_WINDOW_SECS = 300  # a throttled snapshot still queued this long after its turn ended is dropped
 
 
 class EventPublisher:
@@ -34,20 +35,21 @@ class EventPublisher:
         self._publish_lock = threading.Lock()
         self._finished: dict[str, float] = {}
 
-    def publish(self, event: dict[str, Any]) -> None:
-        """Publish an event to the watchers of its session now."""
-        sid = event["session_id"]
-        data = json.dumps(event, ensure_ascii=False, default=str)
+    def publish(self, *events: dict[str, Any]) -> None:
+        """Publish events to the watchers of their sessions now, in order, in one round trip."""
         try:
             pipe = self.r.pipeline(transaction=False)
-            if event.get("type") == "turn_updated":
-                pipe.set(keys.snapshot(sid), data, ex=SNAPSHOT_TTL_SECS)
-            elif event.get("type") == "turn_completed":
-                pipe.delete(keys.snapshot(sid))
-            pipe.publish(keys.events(sid), data)
+            for event in events:
+                sid = event["session_id"]
+                data = json.dumps(event, ensure_ascii=False, default=str)
+                if event.get("type") == "turn_updated":
+                    pipe.set(keys.snapshot(sid), data, ex=SNAPSHOT_TTL_SECS)
+                elif event.get("type") == "turn_completed":
+                    pipe.delete(keys.snapshot(sid))
+                pipe.publish(keys.events(sid), data)
             pipe.execute()
         except redis.RedisError as exc:  # watchers catch up from SQL; progress never depends on this
-            log.warning("could not publish %s for %s: %s", event.get("type"), sid, exc)
+            log.warning("could not publish %s: %s", ", ".join(str(e.get("type")) for e in events), exc)
 
     def snapshot_listener(self, turn_key: str, snapshot: Callable[[], dict[str, Any]]) -> Callable[[], None]:
         """A TurnController listener: schedules a throttled publish of the latest snapshot."""
@@ -72,11 +74,13 @@ class EventPublisher:
             self._last.pop(turn_key, None)
         with self._publish_lock:
             now = time.monotonic()
-            self._finished = {k: t for k, t in self._finished.items() if now - t < 300}
+            while self._finished:  # oldest first (insertion order): drop what is past the window
+                oldest = next(iter(self._finished))
+                if now - self._finished[oldest] < FINISHED_WINDOW_SECS:
+                    break
+                del self._finished[oldest]
             self._finished[turn_key] = now
-            if last_snapshot is not None:
-                self.publish(last_snapshot)
-            self.publish(final_event)
+            self.publish(*([last_snapshot] if last_snapshot is not None else []), final_event)
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():
