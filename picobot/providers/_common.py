@@ -303,13 +303,23 @@ def drain_rest(response: Any, rest: Iterable[Any]) -> None:
     once; a server that keeps the body open is cut off after DRAIN_SECS (the connection is then
     closed, which is what not draining would have done anyway).
     """
-    disarm = _WATCHDOG.arm(DRAIN_SECS, lambda: shutdown_socket(response))
+    state = {"done": False}
+    lock = threading.Lock()
+
+    def cut() -> None:
+        with lock:  # never after the drain: the connection may be pooled, or serving another call
+            if not state["done"]:
+                shutdown_socket(response)
+
+    disarm = _WATCHDOG.arm(DRAIN_SECS, cut)
     try:
         for _ in rest:
             pass
     except Exception:  # cleanup must not turn a complete answer into an error
         pass
     finally:
+        with lock:
+            state["done"] = True
         disarm()
 
 

@@ -59,6 +59,10 @@ class TurnSupervisor:
         self.renew_every = min(1.0, lease_secs / 3)
         self._turns: dict[str, Watched] = {}
         self._lock = threading.Lock()
+        # Held across a tick's round trip. unwatch() takes it too, so once it returns no tick can
+        # still renew that turn's lease: a renewal landing after the release would re-take the
+        # lease (renewal re-takes a lease Redis lost) and hold the session for a whole TTL.
+        self._tick_lock = threading.Lock()
         self._threads_started = False
 
     def watch(self, turn_id: str, lease: Lease, cancel: CancelToken) -> Watched:
@@ -72,7 +76,8 @@ class TurnSupervisor:
         return watched
 
     def unwatch(self, turn_id: str) -> None:
-        with self._lock:
+        """Stop watching the turn; call it before releasing the turn's lease."""
+        with self._tick_lock, self._lock:
             self._turns.pop(turn_id, None)
 
     def cancel_local(self, turn_ids: list[str]) -> None:
@@ -86,14 +91,15 @@ class TurnSupervisor:
     def _poll_loop(self) -> None:
         while True:
             time.sleep(TICK_SECS)
-            with self._lock:
-                watched = list(self._turns.values())
-            if not watched:
-                continue
-            try:
-                self._tick(watched, time.monotonic())
-            except Exception as exc:  # Redis hiccup: turns go on; the next tick tries again
-                log.warning("turn supervisor: %s", exc)
+            with self._tick_lock:
+                with self._lock:
+                    watched = list(self._turns.values())
+                if not watched:
+                    continue
+                try:
+                    self._tick(watched, time.monotonic())
+                except Exception as exc:  # Redis hiccup: turns go on; the next tick tries again
+                    log.warning("turn supervisor: %s", exc)
 
     def _tick(self, watched: list[Watched], now: float) -> None:
         due = [w for w in watched if now - w.renewed_at >= self.renew_every]
