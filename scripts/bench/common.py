@@ -390,10 +390,9 @@ TRACE_POINTS: dict[str, list[tuple[str, str, str]]] = {
     "web": [
         ("web.ws", "Connection.handle", "web: frame handled (ws.Connection.handle)"),
         ("picobot.gateway.intake", "Gateway.accept", "web:   Gateway.accept"),
-        ("picobot.storage.sessions", "get_or_create_current", "web:     sessions.get_or_create_current"),
-        ("picobot.storage.inbound", "count_pending", "web:     inbound.count_pending"),
+        ("picobot.storage.sessions", "current_or_create_id", "web:     sessions.current_or_create_id"),
+        ("picobot.storage.inbound", "intake_state", "web:     inbound.intake_state"),
         ("picobot.storage.inbound", "enqueue", "web:     inbound.enqueue"),
-        ("picobot.gateway.intake", "is_held", "web:     lease.is_held"),
         ("worker.queue", "CeleryTaskQueue.enqueue_turn", "web:     Celery send_task"),
         ("web.hub", "EventHub._dispatch", "web: hub dispatch (pub/sub -> outbox)"),
         ("web.hub", "Outbox.drain", "web: socket send (Outbox.drain)"),
@@ -401,7 +400,7 @@ TRACE_POINTS: dict[str, list[tuple[str, str, str]]] = {
     "worker": [
         ("picobot.runtime.turn_runner", "drain_session", "worker: drain_session (the Celery task)"),
         ("picobot.runtime.turn_runner", "_claim", "worker:   claim (SQL)"),
-        ("picobot.storage.messages", "load_history", "worker:     messages.load_history"),
+        ("picobot.storage.messages", "load", "worker:     messages.load (history cache miss)"),
         ("picobot.runtime.turn_runner", "_execute", "worker:   execute (agent loop)"),
         ("picobot.runtime.turn_runner", "_drain_steer", "worker:     steer check (SQL)"),
         ("picobot.agent.loop", "AgentLoop._stream_once", "worker:     model call"),
