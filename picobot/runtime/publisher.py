@@ -59,7 +59,10 @@ class EventPublisher:
                 if turn_key in self._pending:
                     return  # already due; it will carry the newest revision
                 self._pending[turn_key] = snapshot
-                due = max(time.monotonic(), self._last.get(turn_key, 0.0) + self.interval)
+                # A turn's first snapshot waits one interval too: a turn that ends sooner (a quick
+                # answer) goes out as its final snapshot alone, one publish and relay fewer.
+                last = self._last.get(turn_key)
+                due = time.monotonic() + self.interval if last is None else max(time.monotonic(), last + self.interval)
                 self._counter += 1
                 heapq.heappush(self._due, (due, self._counter, turn_key))
                 self._ensure_thread()
