@@ -51,14 +51,17 @@ def test_returned_lists_are_copies() -> None:
     assert len(cache.get("s", 1, None)) == 1
 
 
-def test_bounded_by_sessions_and_messages() -> None:
-    cache = HistoryCache(max_sessions=2, max_messages=100)
+def test_bounded_by_sessions_and_text() -> None:
+    cache = HistoryCache(max_sessions=2, max_chars=10_000)
     for sid in ("a", "b", "c"):
         cache.put(sid, 1, None, msgs(sid))
     assert cache.get("a", 1, None) is None  # least recently used went first
     assert cache.get("c", 1, None) is not None
-    cache.put("big", 30, None, msgs(*["x"] * 30))  # over a quarter of the budget: not kept
-    assert cache.get("big", 30, None) is None
+    cache.put("big", 1, None, msgs("x" * 3000))  # over a quarter of the budget: not kept
+    assert cache.get("big", 1, None) is None
+    cache.put("grows", 1, None, msgs("y" * 1000))
+    cache.extend("grows", 1, msgs("z" * 2000))  # the entry would pass a quarter: dropped, read again
+    assert cache.get("grows", 2, None) is None
 
 
 # --- the real turn path, in process: SQL, Redis, the provider against the fake LLM ------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from picobot.domain.messages import ChatMessage
 
 MAX_SESSIONS = 200
-MAX_MESSAGES = 20_000  # over all entries; a very long dialog is simply read each turn
+MAX_CHARS = 8_000_000  # text held over all entries (~8-16 MB); a dialog over a quarter of it is read each turn
 
 
 @dataclass
@@ -24,14 +24,24 @@ class _Entry:
     next_position: int
     compacted_before: int | None
     messages: list[ChatMessage]
+    chars: int
+
+
+def _chars(messages: list[ChatMessage]) -> int:
+    """Roughly the memory an entry holds: its text, reasoning and tool-call arguments."""
+    total = 0
+    for m in messages:
+        total += len(m.content) if isinstance(m.content, str) else len(str(m.content))
+        total += len(m.reasoning_content or "") + sum(len(c.arguments) + len(c.name) for c in m.tool_calls) + 64
+    return total
 
 
 class HistoryCache:
-    def __init__(self, max_sessions: int = MAX_SESSIONS, max_messages: int = MAX_MESSAGES) -> None:
+    def __init__(self, max_sessions: int = MAX_SESSIONS, max_chars: int = MAX_CHARS) -> None:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self._max_sessions = max_sessions
-        self._max_messages = max_messages
+        self._max_chars = max_chars
         self._size = 0
         self.hits = self.misses = 0
 
@@ -47,26 +57,29 @@ class HistoryCache:
 
     def put(self, session_id: str, next_position: int, compacted_before: int | None,
             messages: list[ChatMessage]) -> None:
+        chars = _chars(messages)
         with self._lock:
             self._drop(session_id)
-            if len(messages) > self._max_messages // 4:
+            if chars > self._max_chars // 4:
                 return
-            self._entries[session_id] = _Entry(next_position, compacted_before, list(messages))
-            self._size += len(messages)
+            self._entries[session_id] = _Entry(next_position, compacted_before, list(messages), chars)
+            self._size += chars
             self._trim()
 
     def extend(self, session_id: str, first_position: int, added: list[ChatMessage]) -> None:
         """Messages stored at `first_position` onward; kept only if they directly follow the entry."""
+        chars = _chars(added)
         with self._lock:
             entry = self._entries.get(session_id)
             if entry is None:
                 return
-            if entry.next_position != first_position:
+            if entry.next_position != first_position or entry.chars + chars > self._max_chars // 4:
                 self._drop(session_id)
                 return
             entry.messages.extend(added)
             entry.next_position = first_position + len(added)
-            self._size += len(added)
+            entry.chars += chars
+            self._size += chars
             self._entries.move_to_end(session_id)
             self._trim()
 
@@ -77,9 +90,9 @@ class HistoryCache:
     def _drop(self, session_id: str) -> None:
         entry = self._entries.pop(session_id, None)
         if entry is not None:
-            self._size -= len(entry.messages)
+            self._size -= entry.chars
 
     def _trim(self) -> None:
-        while self._entries and (len(self._entries) > self._max_sessions or self._size > self._max_messages):
+        while self._entries and (len(self._entries) > self._max_sessions or self._size > self._max_chars):
             _, entry = self._entries.popitem(last=False)
-            self._size -= len(entry.messages)
+            self._size -= entry.chars

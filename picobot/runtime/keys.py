@@ -5,8 +5,9 @@ def lease(session_id: str) -> str:
     return f"picobot:lease:{session_id}"
 
 
-def stop(session_id: str) -> str:
-    return f"picobot:stop:{session_id}"
+def stop(turn_id: str) -> str:
+    """The /stop flag of one turn (turn ids are unique, so an old flag never hits a later turn)."""
+    return f"picobot:stop:{turn_id}"
 
 
 def snapshot(session_id: str) -> str:

@@ -44,9 +44,7 @@ def drain_session(rt: Runtime, session_id: str) -> int:
             outcome = _run_next_turn(rt, session_id, lease)
         finally:
             lease.release()
-        if outcome is _BLOCKED:
-            # a turn of this session still runs in SQL (its worker may only have lost the lease):
-            # its worker, or the sweeper if it died, carries on; spinning here would help neither
+        if outcome is _LEAVE:
             return ran
         if outcome:
             ran += 1
@@ -66,7 +64,10 @@ class _Claimed:
     user_turns: int
 
 
-_BLOCKED = object()  # the claim found a running turn of the session
+# Stop draining: a turn of this session still runs in SQL (its worker may only have lost the
+# lease), or this turn could not be finished (its input was put back). Its worker, or the sweeper
+# a few seconds later, carries on; looping at once would only spin on the same obstacle.
+_LEAVE = object()
 
 
 def _claim(rt: Runtime, session_id: str) -> "_Claimed | None | object":
@@ -81,7 +82,7 @@ def _claim(rt: Runtime, session_id: str) -> "_Claimed | None | object":
         if sess.running:
             # SQL is the authority: a turn still runs (its worker may only have lost the Redis
             # lease). Never start a second one.
-            return _BLOCKED
+            return _LEAVE
         rows = inbound.claim_first(conn, session_id, turn_id)
         if not rows:
             return None
@@ -96,8 +97,8 @@ def _claim(rt: Runtime, session_id: str) -> "_Claimed | None | object":
 
 def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> "bool | object":
     claimed = _claim(rt, session_id)
-    if claimed is _BLOCKED:
-        return _BLOCKED
+    if claimed is _LEAVE:
+        return _LEAVE
     if not isinstance(claimed, _Claimed):
         return False
     rt.track_turn(claimed.turn_id, True)
@@ -106,7 +107,7 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> "bool | object
     except Exception:
         log.exception("turn %s could not be finished; its input goes back to the queue", claimed.turn_id)
         _abandon(rt, claimed.turn_id)
-        return False
+        return _LEAVE
     finally:
         rt.track_turn(claimed.turn_id, False)
 

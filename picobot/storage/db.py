@@ -91,11 +91,6 @@ class Database:
         with self._read() as s, s.begin():
             yield s
 
-    def scalar(self, statement, params: dict | None = None) -> object:  # type: ignore[no-untyped-def]
-        """One value from a read-only Core statement, without an ORM session (hot-path checks)."""
-        with self.read_engine.connect() as conn:
-            return conn.execute(statement, params).scalar()
-
     def migrate(self) -> None:
         """Bring the schema to the newest revision (idempotent)."""
         from alembic import command
