@@ -199,3 +199,16 @@ def test_current_or_create_follows_the_pointer(db: Database) -> None:
     with db.begin() as conn:  # the archived pointer falls back to the other live dialog
         assert sessions.current_id(conn, "cli_chat", "ptr") is None
         assert sessions.current_or_create_id(conn, "cli_chat", "ptr") == first
+
+
+def test_newest_rows_respect_limit_and_compaction(db: Database) -> None:
+    with db.begin() as conn:
+        sid = sessions.current_or_create_id(conn, "cli_chat", "newest")
+        messages.append(conn, sid, None, [ChatMessage(role="user", content=f"m{i}") for i in range(5)])
+    with db.connect() as conn:
+        assert [r.content for r in messages.newest(conn, sid, 2)] == ["m3", "m4"]
+        assert [r.position for r in messages.newest(conn, sid, 10)] == [0, 1, 2, 3, 4]
+    with db.write() as s:
+        sessions.get(s, sid).compacted_before = 2  # older messages were summarised away
+    with db.connect() as conn:
+        assert [r.content for r in messages.newest(conn, sid, 10)] == ["m2", "m3", "m4"]

@@ -8,12 +8,12 @@ from typing import Any
 from picobot.runtime import keys
 from picobot.runtime.services import Runtime
 from picobot.storage import messages
-from picobot.storage.models import MessageRow
 
 HISTORY_LIMIT = 200
 
 
-def message_view(row: MessageRow) -> dict[str, Any]:
+def message_view(row: Any) -> dict[str, Any]:
+    """A stored message as clients see it (a MessageRow or a row of `messages.newest`)."""
     view: dict[str, Any] = {"id": row.id, "position": row.position, "role": row.role, "content": row.content,
                             "turn_id": row.turn_id, "created_at": row.created_at}
     for key in ("tool_calls", "tool_call_id", "name", "reasoning_content", "marker"):
@@ -26,8 +26,8 @@ def message_view(row: MessageRow) -> dict[str, Any]:
 
 
 def history(rt: Runtime, session_id: str, limit: int = HISTORY_LIMIT) -> list[dict[str, Any]]:
-    with rt.db.read() as s:
-        return [message_view(r) for r in messages.load_rows(s, session_id, limit=limit)]
+    with rt.db.connect() as conn:
+        return [message_view(r) for r in messages.newest(conn, session_id, limit)]
 
 
 def active_turn(rt: Runtime, session_id: str) -> dict[str, Any] | None:

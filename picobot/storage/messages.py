@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, insert, select
 from sqlalchemy.orm import Session
@@ -67,6 +68,21 @@ def load_rows(s: Session, session_id: str, limit: int | None = None) -> list[Mes
         rows.reverse()
         return rows
     return list(s.scalars(q.order_by(MessageRow.position)))
+
+
+_NEWEST = (select(_m.c.id, _m.c.position, _m.c.role, _m.c.content, _m.c.turn_id, _m.c.created_at, _m.c.tool_calls,
+                  _m.c.tool_call_id, _m.c.name, _m.c.reasoning_content, _m.c.marker, _m.c.is_error)
+           .where(_m.c.session_id == bindparam("sid"),
+                  _m.c.position >= func.coalesce(_COMPACTED_BEFORE.scalar_subquery(), 0))
+           .order_by(_m.c.position.desc()).limit(bindparam("limit")))
+
+
+def newest(conn: Connection, session_id: str, limit: int) -> list[Any]:
+    """The newest `limit` active messages as rows (what clients are shown, no provider state), oldest first.
+    Every socket that connects reads this, so it is one prebuilt statement."""
+    rows = list(conn.execute(_NEWEST, {"sid": session_id, "limit": limit}))
+    rows.reverse()
+    return rows
 
 
 def load(conn: Connection, session_id: str, since: int | None) -> list[ChatMessage]:
