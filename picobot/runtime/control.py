@@ -28,6 +28,7 @@ log = logging.getLogger("picobot.control")
 TICK_SECS = 0.25
 STOP_FLAG_SECS = 3600
 LOST_AFTER_FAILED_RENEWALS = 3  # another holder for ~3 renewals: not a passing sweeper check
+UNWATCH_WAIT_SECS = 2.0
 
 
 def request_stop(r: redis.Redis, turn_ids: list[str]) -> None:
@@ -47,6 +48,7 @@ class Watched:
     lease: Lease
     cancel: CancelToken
     lost: bool = False
+    done: bool = False  # unwatched: the turn has ended, its lease is being released
     failures: int = 0
     renewed_at: float = field(default=0.0)
 
@@ -76,9 +78,20 @@ class TurnSupervisor:
         return watched
 
     def unwatch(self, turn_id: str) -> None:
-        """Stop watching the turn; call it before releasing the turn's lease."""
-        with self._tick_lock, self._lock:
-            self._turns.pop(turn_id, None)
+        """Stop watching the turn; call it before releasing the turn's lease.
+
+        Waits for a tick in flight (a round trip), so no renewal of this turn lands after the
+        release. If Redis hangs that tick, it waits at most UNWATCH_WAIT_SECS and marks the turn
+        done: the late tick then gives back a lease its renewal re-took."""
+        got = self._tick_lock.acquire(timeout=UNWATCH_WAIT_SECS)
+        try:
+            with self._lock:
+                watched = self._turns.pop(turn_id, None)
+                if watched is not None:
+                    watched.done = True
+        finally:
+            if got:
+                self._tick_lock.release()
 
     def cancel_local(self, turn_ids: list[str]) -> None:
         with self._lock:
@@ -112,6 +125,10 @@ class TurnSupervisor:
             if flag is not None:
                 w.cancel.cancel("stopped")
         for w, renewed in zip(due, results[1:]):
+            if w.done:  # unwatched while this tick was stuck: do not keep a lease it re-took
+                if renewed:
+                    w.lease.release()
+                continue
             w.renewed_at = now
             w.failures = 0 if renewed else w.failures + 1
             if w.failures >= LOST_AFTER_FAILED_RENEWALS and not w.lost:
