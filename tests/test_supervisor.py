@@ -40,6 +40,7 @@ def test_leases_are_renewed_while_watched_and_gone_after_release(r: redis.Redis)
         lease.release()
     time.sleep(1.0)  # several ticks: none may re-take a released lease
     assert not any(r.exists(lease.key) for lease in leases)
+    sup.close()
 
 
 def test_stop_names_turns_and_reaches_only_them(r: redis.Redis) -> None:
@@ -51,8 +52,7 @@ def test_stop_names_turns_and_reaches_only_them(r: redis.Redis) -> None:
     control.request_stop(r, ["turn-a"])
     assert stopped.wait(2) and stopped.reason == "stopped"
     assert not running.wait(0.6)
-    sup.unwatch("turn-a")
-    sup.unwatch("turn-b")
+    sup.close()
 
 
 def test_a_stop_flag_without_its_message_is_still_seen(r: redis.Redis) -> None:
@@ -61,4 +61,4 @@ def test_a_stop_flag_without_its_message_is_still_seen(r: redis.Redis) -> None:
     r.set(keys.stop("turn-late"), "1")  # set while no worker listened (the pub/sub poke is gone)
     sup.watch("turn-late", Lease(r, "late", 30), token)
     assert token.wait(2)  # the polled flag
-    sup.unwatch("turn-late")
+    sup.close()

@@ -66,6 +66,11 @@ class TurnSupervisor:
         # lease (renewal re-takes a lease Redis lost) and hold the session for a whole TTL.
         self._tick_lock = threading.Lock()
         self._threads_started = False
+        self._closed = threading.Event()
+
+    def close(self) -> None:
+        """End the supervisor's threads (within about a second)."""
+        self._closed.set()
 
     def watch(self, turn_id: str, lease: Lease, cancel: CancelToken) -> Watched:
         watched = Watched(turn_id, lease, cancel)
@@ -102,8 +107,7 @@ class TurnSupervisor:
     # --- the polling thread -----------------------------------------------------------
 
     def _poll_loop(self) -> None:
-        while True:
-            time.sleep(TICK_SECS)
+        while not self._closed.wait(TICK_SECS):
             with self._tick_lock:
                 with self._lock:
                     watched = list(self._turns.values())
@@ -138,14 +142,22 @@ class TurnSupervisor:
     # --- the pub/sub thread -----------------------------------------------------------
 
     def _listen_loop(self) -> None:
-        while True:
+        while not self._closed.is_set():
+            pubsub = self.r.pubsub(ignore_subscribe_messages=True)
             try:
-                pubsub = self.r.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(keys.CONTROL_CHANNEL)
-                for message in pubsub.listen():
+                while not self._closed.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message is None:
+                        continue
                     data = json.loads(message["data"])
                     if data.get("action") == "stop" and isinstance(data.get("turn_ids"), list):
                         self.cancel_local([str(t) for t in data["turn_ids"]])
             except Exception as exc:  # Redis restarts: reconnect; the polled flags cover the gap
                 log.warning("stop listener reconnecting: %s", exc)
-                threading.Event().wait(1.0)
+                self._closed.wait(1.0)
+            finally:
+                try:
+                    pubsub.close()
+                except Exception:
+                    pass
