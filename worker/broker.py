@@ -6,8 +6,8 @@ of CPU per message, paid by the web for every turn it enqueues and by the worker
 event. The client is only a handle on the channel's connection pool, so one is enough; it is
 rebuilt whenever kombu replaces the pool (reconnects, forks). Everything else is kombu's.
 
-Selected with `broker_transport = "worker.broker:Transport"` (worker/celery_app.py); the broker
-URL stays `redis://...` or `rediss://...`.
+Selected with `broker_transport = "worker.broker:Transport"` (worker/celery_app.py) for `redis://`
+and `rediss://` broker URLs; other schemes (e.g. `sentinel://`) keep kombu's own transport.
 """
 
 from __future__ import annotations

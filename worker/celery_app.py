@@ -47,7 +47,8 @@ def make_celery(config: Config) -> PicoCelery:
     sweep_every = config.gateway.sweep_interval_secs
     app.conf.update(
         broker_url=url,
-        broker_transport="worker.broker:Transport",  # kombu's Redis transport minus a client per publish
+        # kombu's Redis transport minus a client per publish (other schemes, e.g. sentinel://, keep kombu's)
+        broker_transport="worker.broker:Transport" if url.split("://", 1)[0] in ("redis", "rediss") else None,
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": 3600},
         task_ignore_result=True,
