@@ -85,7 +85,7 @@ def runtime(tmp_path: Path, llm, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ru
     try:
         yield rt
     finally:
-        rt.db.dispose()
+        rt.close()
         proc.terminate()
         proc.wait(timeout=10)
 

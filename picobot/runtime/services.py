@@ -95,6 +95,14 @@ class Runtime:
                 self._tools = build_registry(disabled=self.config.tools.disabled)
             return self._tools
 
+    def close(self) -> None:
+        """Stop the runtime's threads and connections (for a runtime built in process, e.g. tests)."""
+        with self._lock:
+            supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.close()
+        self.db.dispose()
+
 
 def build_runtime(config: Config, queue: TaskQueue, migrate: bool = False) -> Runtime:
     from picobot.runtime.redis_url import resolve_redis_url
