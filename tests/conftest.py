@@ -26,6 +26,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
             report.sections.append((f"PicoBot process logs ({stack.cwd.name})", stack.log_tails()))
 
 
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A private redis-server for one test (the embedded one `picobot up` would start)."""
+    from picobot.cli.embedded_redis import start_embedded
+
+    proc, url = start_embedded(tmp_path / "redis")
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 @pytest.fixture(scope="session")
 def fake_llm() -> Iterator[FakeLLM]:
     server = FakeLLM(host="127.0.0.1", port=0).start()

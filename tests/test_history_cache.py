@@ -8,7 +8,6 @@ from typing import Iterator
 
 import pytest
 
-from picobot.cli.embedded_redis import start_embedded
 from picobot.config.loader import load_config
 from picobot.domain.messages import ChatMessage
 from picobot.gateway.inbound import InboundMessage
@@ -73,21 +72,16 @@ class _NoQueue:
 
 
 @pytest.fixture
-def runtime(tmp_path: Path, llm, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:  # type: ignore[no-untyped-def]
-    proc, url = start_embedded(tmp_path / "redis")
+def runtime(tmp_path: Path, llm, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:  # type: ignore[no-untyped-def]
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.json").write_text(json.dumps(base_config(llm.url, 1)))
     monkeypatch.setenv("PICOBOT_HOME", str(home))
     monkeypatch.setenv("PICOBOT_TEST_KEY", "sk-test-history")
-    monkeypatch.setenv("REDIS_URL", url)
+    monkeypatch.setenv("REDIS_URL", redis_url)
     rt = build_runtime(load_config(), _NoQueue(), migrate=True)
-    try:
-        yield rt
-    finally:
-        rt.close()
-        proc.terminate()
-        proc.wait(timeout=10)
+    yield rt
+    rt.close()
 
 
 def _turn(rt: Runtime, gw: Gateway, text: str) -> str:

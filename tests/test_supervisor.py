@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 import redis
 
-from picobot.cli.embedded_redis import start_embedded
 from picobot.domain.cancel import CancelToken
 from picobot.runtime import control, keys
 from picobot.runtime.lease import Lease
 
 
 @pytest.fixture
-def r(tmp_path: Path) -> Iterator[redis.Redis]:
-    proc, url = start_embedded(tmp_path / "redis")
-    client = redis.Redis.from_url(url, decode_responses=True)
-    try:
-        yield client
-    finally:
-        client.close()
-        proc.terminate()
-        proc.wait(timeout=10)
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
 
 
 def test_leases_are_renewed_while_watched_and_gone_after_release(r: redis.Redis) -> None:
