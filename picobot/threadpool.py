@@ -1,4 +1,5 @@
-"""Reusable daemon threads for short blocking jobs (a model call's socket reads, a tool run).
+"""Reusable daemon threads for short blocking jobs (a model call's socket reads, a tool run), and
+one watchdog thread for deadlines (a bounded drain of a model response).
 
 Starting a thread per job costs a handshake with the new thread (the starter waits until it
 runs); a turn used to start several. Idle threads wait for the next job and end after a minute
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Callable
 
 log = logging.getLogger("picobot.threadpool")
@@ -57,8 +59,59 @@ class DaemonPool:
                 self._idle += 1
 
 
+class Watchdog:
+    """One daemon thread that runs callbacks at deadlines (cheaper than a Timer thread per call)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: dict[int, tuple[float, Callable[[], None]]] = {}
+        self._next_id = 0
+        self._thread: threading.Thread | None = None
+
+    def arm(self, seconds: float, fn: Callable[[], None]) -> Callable[[], None]:
+        """Run fn after `seconds` unless the returned function (disarm) is called first."""
+        with self._cond:
+            self._next_id += 1
+            key = self._next_id
+            self._due[key] = (time.monotonic() + seconds, fn)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+        def disarm() -> None:
+            with self._cond:
+                self._due.pop(key, None)
+
+        return disarm
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                now = time.monotonic()
+                fired = [k for k, (at, _) in self._due.items() if at <= now]
+                callbacks = [self._due.pop(k)[1] for k in fired]
+                if not callbacks:
+                    wait = min((at for at, _ in self._due.values()), default=now + 60) - now
+                    self._cond.wait(max(wait, 0.005))
+                    continue
+            for fn in callbacks:
+                try:
+                    fn()
+                except Exception:  # a failing callback must not stop the watchdog
+                    pass
+
+
 _pools: dict[str, DaemonPool] = {}
 _pools_lock = threading.Lock()
+
+
+_watchdog = Watchdog()
+
+
+def watchdog() -> Watchdog:
+    """The process-wide watchdog."""
+    return _watchdog
 
 
 def pool(name: str) -> DaemonPool:

@@ -52,3 +52,16 @@ def test_idle_threads_end_and_new_jobs_still_run() -> None:
     again = threading.Event()
     p.submit(again.set)
     assert again.wait(5)
+
+
+def test_watchdog_fires_unless_disarmed() -> None:
+    from picobot.threadpool import Watchdog
+
+    dog = Watchdog()
+    fired = threading.Event()
+    kept = threading.Event()
+    dog.arm(0.05, fired.set)
+    disarm = dog.arm(0.05, kept.set)
+    disarm()
+    assert fired.wait(5)
+    assert not kept.wait(0.3)

@@ -28,7 +28,7 @@ from picobot.errors import (
     ProviderUnavailable,
 )
 from picobot.providers.base import Completed, ProviderEvent
-from picobot.threadpool import pool
+from picobot.threadpool import pool, watchdog
 
 log = logging.getLogger("picobot.providers")
 
@@ -249,50 +249,6 @@ def shutdown_socket(response: Any) -> None:
         pass
 
 
-class _Watchdog:
-    """One daemon thread that runs callbacks at deadlines (cheaper than a Timer thread per call)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._due: dict[int, tuple[float, Callable[[], None]]] = {}
-        self._next_id = 0
-        self._thread: threading.Thread | None = None
-
-    def arm(self, seconds: float, fn: Callable[[], None]) -> Callable[[], None]:
-        """Run fn after `seconds` unless the returned function (disarm) is called first."""
-        with self._cond:
-            self._next_id += 1
-            key = self._next_id
-            self._due[key] = (time.monotonic() + seconds, fn)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="provider-watchdog", daemon=True)
-                self._thread.start()
-            self._cond.notify()
-
-        def disarm() -> None:
-            with self._cond:
-                self._due.pop(key, None)
-
-        return disarm
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                now = time.monotonic()
-                fired = [k for k, (at, _) in self._due.items() if at <= now]
-                callbacks = [self._due.pop(k)[1] for k in fired]
-                if not callbacks:
-                    wait = min((at for at, _ in self._due.values()), default=now + 60) - now
-                    self._cond.wait(max(wait, 0.005))
-                    continue
-            for fn in callbacks:
-                try:
-                    fn()
-                except Exception:  # a failing callback must not stop the watchdog
-                    pass
-
-
-_WATCHDOG = _Watchdog()
 DRAIN_SECS = 0.25
 
 
@@ -311,7 +267,7 @@ def drain_rest(response: Any, rest: Iterable[Any]) -> None:
             if not state["done"]:
                 shutdown_socket(response)
 
-    disarm = _WATCHDOG.arm(DRAIN_SECS, cut)
+    disarm = watchdog().arm(DRAIN_SECS, cut)
     try:
         for _ in rest:
             pass
