@@ -9,7 +9,10 @@
     │   ├── ProviderBadRequest       other 4xx, not retryable
     │   └── ContextLengthExceeded    the prompt does not fit the model's window
     ├── ToolError              a tool failed; its text is shown to the model
-    │   └── ToolArgumentsError       arguments failed JSON parsing or schema validation
+    │   ├── ToolArgumentsError       arguments failed JSON parsing or schema validation
+    │   ├── NetworkRefused           the network guard refused an address (says how to allow it)
+    │   └── SkillError               a skill cannot be read or written (says what to fix)
+    │       └── SkillNotFound            no skill of that name
     ├── InputRejected          bad user input at the edge (oversize, malformed frame, ...)
     ├── StorageError           the database failed
     └── TurnCancelled          /stop cancelled the running turn
@@ -66,6 +69,18 @@ class ToolError(PicoBotError):
 
 
 class ToolArgumentsError(ToolError):
+    pass
+
+
+class NetworkRefused(ToolError):
+    """A connection the network policy does not allow; the text says why and how to allow it."""
+
+
+class SkillError(ToolError):
+    """A skill operation refused or failed; the text says what to fix (shown to the model or the web user)."""
+
+
+class SkillNotFound(SkillError):
     pass
 
 

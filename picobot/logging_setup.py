@@ -7,7 +7,8 @@ import os
 import sys
 
 from picobot.config import Config
-from picobot.config.secrets import redact, secret_values
+from picobot.config.secrets import secret_values
+from picobot.security.redact import redact
 
 
 class RedactingFilter(logging.Filter):

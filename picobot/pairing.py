@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from picobot.storage import pairing as store
+from picobot.token_file import cli_token_path
 
 if TYPE_CHECKING:
     import redis
@@ -193,10 +194,6 @@ def base_url(config: "Config") -> str:
 
 def pairing_url(config: "Config", code: str) -> str:
     return f"{base_url(config)}/pair?code={code}"
-
-
-def cli_token_path(home: Path) -> Path:
-    return home / "cli" / "token"
 
 
 @contextmanager

@@ -82,9 +82,8 @@ def pg_available() -> bool:
         return False
 
 
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL schema per test (dropped afterwards)."""
+def fresh_pg_schema() -> Iterator[str]:
+    """The URL of a new PostgreSQL schema, dropped when the generator is closed."""
     if not pg_available():
         pytest.skip("PostgreSQL is not reachable at PICOBOT_TEST_PG_URL")
     import sqlalchemy
@@ -98,6 +97,21 @@ def pg_url() -> Iterator[str]:
     with eng.begin() as c:
         c.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
     eng.dispose()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL schema per test (dropped afterwards)."""
+    yield from fresh_pg_schema()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def stack_database(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """The database of a module's stacks: None (SQLite in the stack's home) or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield None
+        return
+    yield from fresh_pg_schema()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -83,7 +83,7 @@ def test_defaults_with_no_file_and_no_env(home: Path, cwd: Path) -> None:
     assert cfg.time.timezone == "UTC"
     assert cfg.database_url == f"sqlite:///{home}/data/picobot.db"
     assert cfg.redis_url is None
-    assert cfg.workspace_path() == home / "workspace"
+    assert cfg.workspace_path() == home.parent / "home-workspace"  # beside the home, not in it
     with pytest.raises(ConfigError) as info:
         cfg.agent()
     assert info.value.key_path == "agents.default.provider"
@@ -301,6 +301,14 @@ def test_timezone_validated(home: Path, cwd: Path) -> None:
     assert load(home, cwd, data={"time": {"timezone": "Asia/Shanghai"}}).time.timezone == "Asia/Shanghai"
     err = load_error(home, cwd, {"time": {"timezone": "Nowhere/City"}})
     assert err.key_path == "time.timezone" and "Nowhere/City" in err.reason
+
+
+def test_tools_max_parallel_bounds(home: Path, cwd: Path) -> None:
+    assert load(home, cwd, data={}).tools.max_parallel == 8
+    assert load(home, cwd, data={"tools": {"max_parallel": 2}}).tools.max_parallel == 2
+    for bad in (0, -1, 65, True, 2.5, "many", None, float("nan")):
+        err = load_error(home, cwd, {"tools": {"max_parallel": bad}})
+        assert err.key_path == "tools.max_parallel", bad
 
 
 # --- sections -----------------------------------------------------------------------

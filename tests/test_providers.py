@@ -503,7 +503,8 @@ def test_fake_control_api_over_http(fake: FakeLLM) -> None:
         assert http.post("/_fake/rules", json={"responses": "bad"}).status_code == 400
 
 
-def test_fake_handles_200_concurrent_slow_requests(fake: FakeLLM) -> None:
+def test_fake_answers_200_concurrent_slow_requests(fake: FakeLLM) -> None:
+    """Correctness only: every one is answered. How fast: `python -m scripts.bench.fake_llm`."""
     fake.add_rule(None, [{"delay_ms": 500, "content": "slow"}], repeat=True)
     results: list[int] = []
     limits = httpx.Limits(max_connections=250, max_keepalive_connections=250)
@@ -513,10 +514,9 @@ def test_fake_handles_200_concurrent_slow_requests(fake: FakeLLM) -> None:
                                                        "messages": [{"role": "user", "content": "hi"}]})
             results.append(response.status_code)
 
-        started = time.monotonic()
         threads = [threading.Thread(target=call) for _ in range(200)]
         for t in threads:
             t.start()
         for t in threads:
-            t.join(20)
-    assert results == [200] * 200 and time.monotonic() - started < 8
+            t.join(60)
+    assert results == [200] * 200

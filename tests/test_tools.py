@@ -43,6 +43,10 @@ def ctx(tmp_path: Path) -> ToolContext:
         sender_id="u1",
         turn_id="t1",
         workspace=tmp_path / "ws",
+        # The test HTTP server listens on loopback, which the network guard refuses by default.
+        settings={"network": {"allow": ["127.0.0.1"]},
+                  # Plain bash: these tests watch host pids; tests/test_sandbox.py covers the sandbox.
+                  "bash": {"sandbox": "none"}},
     )
 
 
@@ -74,9 +78,23 @@ PAGE_HTML = """<!DOCTYPE html>
 </body></html>"""
 
 
+STALLED = threading.Event()  # set when /stall has sent the start of its body
+
+
 class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def _stall(self) -> None:
+        """Headers and a few bytes of body, then nothing for 20 s: only a cut ends the read early."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", "100000")
+        self.end_headers()
+        self.wfile.write(b"first bytes ")
+        self.wfile.flush()
+        STALLED.set()
+        time.sleep(20)
 
     def _send(self, status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None) -> None:
         self.send_response(status)
@@ -107,6 +125,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/slow":
             time.sleep(2)
             self._send(200, b"late", "text/plain")
+        elif path == "/stall":
+            self._stall()
         elif path == "/echo-headers":
             self._send(200, json.dumps(dict(self.headers.items())).encode(), "application/json")
         else:
@@ -723,6 +743,13 @@ def test_http_connection_errors(ctx: ToolContext, server: str) -> None:
         HttpRequestTool().execute({"method": "GET", "url": f"{server}/slow", "timeout_secs": 0.3}, ctx)
 
 
+def test_http_refuses_loopback_unless_allowed(ctx: ToolContext, server: str) -> None:
+    ctx.settings["network"] = {"allow": []}
+    with pytest.raises(ToolError, match=r"Refused to connect to 127\.0\.0\.1:\d+: it is a loopback address") as info:
+        HttpRequestTool().execute({"method": "GET", "url": f"{server}/data.json"}, ctx)
+    assert '"127.0.0.1/32" to tools.network.allow' in str(info.value)
+
+
 def test_http_schema_rejects_unknown_method(ctx: ToolContext, server: str) -> None:
     result = build_registry().execute(call("http_request", {"method": "FETCH", "url": server}), ctx, 1000)
     assert result.is_error and "$.method" in result.content
@@ -759,6 +786,12 @@ def test_web_fetch_errors(ctx: ToolContext, server: str) -> None:
         tool.execute({"url": "javascript:alert(1)"}, ctx)
     with pytest.raises(ToolError, match="Could not connect"):
         tool.execute({"url": f"http://127.0.0.1:{_closed_port()}/"}, ctx)
+
+
+def test_web_fetch_refuses_loopback_unless_allowed(ctx: ToolContext, server: str) -> None:
+    ctx.settings.pop("network")
+    with pytest.raises(ToolError, match=r"Refused to connect to 127\.0\.0\.1:\d+: it is a loopback address"):
+        WebFetchTool().execute({"url": f"{server}/page.html"}, ctx)
 
 
 def test_web_fetch_caps(ctx: ToolContext, server: str) -> None:
@@ -802,3 +835,144 @@ def test_send_session_message(ctx: ToolContext) -> None:
 def test_send_session_message_unavailable(ctx: ToolContext) -> None:
     result = build_registry().execute(call("send_session_message", {"text": "hi"}), ctx, 1000)
     assert result.is_error and result.content == "sending messages is not available in this context"
+
+
+# --- cancellation, the write gate, ordering keys ------------------------------------
+
+
+@pytest.mark.parametrize("tool", [HttpRequestTool(), WebFetchTool()], ids=lambda t: t.name)
+def test_stop_cuts_a_stalled_http_read_at_once(ctx: ToolContext, server: str, tool: Tool) -> None:
+    STALLED.clear()
+    outcome: list[BaseException] = []
+
+    def fetch() -> None:
+        try:
+            tool.execute({"method": "GET", "url": f"{server}/stall"} if tool.name == "http_request"
+                         else {"url": f"{server}/stall"}, ctx)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=fetch, daemon=True)
+    thread.start()
+    assert STALLED.wait(10)
+    time.sleep(0.2)  # let the tool block in its read of the stalled body
+    ctx.cancel.cancel()
+    thread.join(5)  # the server stays silent for 20 s: only the cut ends the read before that
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], TurnCancelled)
+
+
+def test_http_request_after_stop_sends_nothing(ctx: ToolContext, server: str) -> None:
+    ctx.cancel.cancel()
+    with pytest.raises(TurnCancelled):
+        HttpRequestTool().execute({"method": "POST", "url": f"{server}/echo", "body": "x"}, ctx)
+
+
+def test_file_writes_refused_once_cancelled_or_sealed(ctx: ToolContext, ws: Path) -> None:
+    (ws / "keep.txt").write_text("original\n")
+    ctx.cancel.cancel()
+    with pytest.raises(TurnCancelled):
+        WriteFileTool().execute({"path": "new.txt", "content": "late"}, ctx)
+    with pytest.raises(TurnCancelled):
+        EditFileTool().execute({"path": "keep.txt", "old_text": "original", "new_text": "changed"}, ctx)
+    assert not (ws / "new.txt").exists() and (ws / "keep.txt").read_text() == "original\n"
+    assert "original" in ReadFileTool().execute({"path": "keep.txt"}, ctx)  # reading is no side effect
+
+
+def test_sealed_gate_refuses_writes_of_a_finished_turn(ctx: ToolContext, ws: Path) -> None:
+    assert ctx.gate.seal(1.0)
+    with pytest.raises(TurnCancelled):
+        WriteFileTool().execute({"path": "after.txt", "content": "late"}, ctx)
+    assert not (ws / "after.txt").exists()
+
+
+def test_seal_waits_for_a_write_under_way(ctx: ToolContext) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with ctx.gate.side_effect():
+            entered.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    assert entered.wait(10)
+    assert ctx.gate.seal(0.1) is False  # still under way
+    release.set()
+    assert ctx.gate.seal(10) is True
+    thread.join(10)
+
+
+def test_send_session_message_sends_nothing_once_cancelled(ctx: ToolContext) -> None:
+    sent: list[str] = []
+    ctx.send_message = lambda text, channel=None, chat_id=None: sent.append(text) or "sent"
+    ctx.cancel.cancel()
+    with pytest.raises(TurnCancelled):
+        SendSessionMessageTool().execute({"text": "too late"}, ctx)
+    assert sent == []
+
+
+def _finishes(fn: Any, within: float = 5.0) -> BaseException | None:
+    """Run fn on a thread; fail the test (instead of hanging it) if it blocks."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            fn()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - returned to the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(within)
+    assert not thread.is_alive(), "the tool blocked"
+    return outcome[0]
+
+
+@posix_only
+def test_file_tools_refuse_a_fifo_without_hanging(ctx: ToolContext, ws: Path) -> None:
+    os.mkfifo(ws / "pipe")
+    for tool, args in [(ReadFileTool(), {"path": "pipe"}),
+                       (WriteFileTool(), {"path": "pipe", "content": "x"}),
+                       (EditFileTool(), {"path": "pipe", "old_text": "a", "new_text": "b"})]:
+        exc = _finishes(lambda: tool.execute(args, ctx))
+        assert isinstance(exc, ToolError) and "named pipe (FIFO), not a regular file" in str(exc), exc
+
+
+@posix_only
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_file_tools_refuse_devices(ctx: ToolContext) -> None:
+    ctx.workspace = Path("/dev")  # a workspace that holds devices
+    exc = _finishes(lambda: ReadFileTool().execute({"path": "zero"}, ctx))
+    assert isinstance(exc, ToolError) and "character device, not a regular file" in str(exc)
+    exc = _finishes(lambda: WriteFileTool().execute({"path": "null", "content": "x"}, ctx))
+    assert isinstance(exc, ToolError) and "character device" in str(exc)
+
+
+@posix_only
+def test_file_tools_refuse_a_unix_socket(ctx: ToolContext, ws: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(ws / "sock"))
+        exc = _finishes(lambda: ReadFileTool().execute({"path": "sock"}, ctx))
+    assert isinstance(exc, ToolError) and "a socket, not a regular file" in str(exc)
+
+
+def test_file_paths_with_lone_surrogates_get_a_clear_error(ctx: ToolContext, ws: Path) -> None:
+    for tool in (ReadFileTool(), WriteFileTool()):
+        with pytest.raises(ToolError, match="lone surrogate"):
+            tool.execute({"path": "bad\ud800.txt", "content": "x"} if tool.name == "write"
+                         else {"path": "bad\ud800.txt"}, ctx)
+
+
+def test_file_tools_share_a_footprint_per_resolved_path(ctx: ToolContext, ws: Path) -> None:
+    registry = build_registry()
+    same = [registry.footprint(call(name, {"path": p, "content": "", "old_text": "a", "new_text": "b"}), ctx)
+            for name, p in [("write", "a.txt"), ("edit", "./a.txt"), ("read", "sub/../a.txt")]]
+    assert same[0] == same[1] == same[2] and len(same[0]) == 1
+    assert registry.footprint(call("read", {"path": "b.txt"}), ctx) != same[0]
+    for bad in ("{not json", '{"path": 5}', '{"path": "../../etc/passwd"}', "[]"):
+        assert registry.footprint(call("read", bad), ctx) == frozenset()
+    assert registry.footprint(call("nope", {}), ctx) == frozenset()
+    assert registry.is_read_only("read") and not registry.is_read_only("write")
+    assert not registry.is_read_only("nope")

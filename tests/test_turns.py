@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import httpx
+import sqlalchemy
 
 from tests.conftest import add_rule
 from tests.stack import API_KEY, Stack
@@ -51,8 +53,50 @@ def test_provider_failure_is_a_clear_failed_turn_without_the_key(stack: Stack, l
     assert "provider" in done["error"].lower()
     assert API_KEY not in json.dumps(c.frames)
     assert API_KEY not in stack.all_logs()
-    db = (stack.home / "data" / "picobot.db").read_bytes()
-    assert API_KEY.encode() not in db
+    assert _secret_in_database(stack.database_url, API_KEY) == []
+    assert _secret_in_files(stack.cwd, API_KEY) == []
+
+
+def test_the_secret_scans_find_a_planted_secret(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The scans above must be able to fail: a committed row still in the WAL and a file are found."""
+    url = f"sqlite:///{tmp_path / 'scan.db'}"
+    eng = sqlalchemy.create_engine(url)
+    with eng.begin() as c:
+        c.exec_driver_sql("PRAGMA journal_mode=WAL")
+        c.exec_driver_sql("CREATE TABLE t (id INTEGER PRIMARY KEY, body JSON, note VARCHAR(20))")
+        c.exec_driver_sql("INSERT INTO t (body, note) VALUES (?, 'x')", (json.dumps({"k": "sk-planted"}),))
+    try:
+        assert (tmp_path / "scan.db-wal").stat().st_size > 0 and b"sk-planted" not in (tmp_path / "scan.db").read_bytes()
+        assert _secret_in_database(url, "sk-planted") == ["t.body"]
+    finally:
+        eng.dispose()
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    (tmp_path / "deep" / "er" / "f.txt").write_text("x sk-planted y")
+    assert [p.name for p in _secret_in_files(tmp_path / "deep", "sk-planted")] == ["f.txt"]
+
+
+def _secret_in_database(url: str, secret: str) -> list[str]:
+    """Every column of every table, read through SQL (so rows still in SQLite's WAL count too)."""
+    eng = sqlalchemy.create_engine(url)
+    try:
+        meta = sqlalchemy.MetaData()
+        meta.reflect(eng)
+        hits = []
+        with eng.connect() as c:
+            for table in meta.sorted_tables:
+                for col in table.columns:
+                    q = sqlalchemy.select(sqlalchemy.func.count()).select_from(table).where(
+                        sqlalchemy.cast(col, sqlalchemy.Text).contains(secret, autoescape=True))
+                    if c.execute(q).scalar():
+                        hits.append(f"{table.name}.{col.name}")
+        return hits
+    finally:
+        eng.dispose()
+
+
+def _secret_in_files(root: Path, secret: str) -> list[Path]:
+    """Every file under root: the home (config, database, WAL, tokens), the workspace, Redis data, logs."""
+    return [p for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
 
 
 def test_health_reports_every_dependency(stack: Stack) -> None:
@@ -72,8 +116,9 @@ def test_shell_commands_never_see_credentials(stack: Stack, llm) -> None:  # typ
     c = stack.client()
     assert c.ask("show-env")["status"] == "completed"
     sent = json.dumps(llm.requests()[-1]["body"])
-    assert "PICOBOT_HOME" in sent  # the environment was listed ...
+    assert "PATH=" in sent  # the environment was listed ...
     assert API_KEY not in sent and "REDIS_URL" not in sent  # ... without credentials
+    assert "PICOBOT_HOME" not in sent  # ... and without PicoBot's own variables (an allowlist)
 
 
 def test_interactive_chat_streams_answers_and_runs_commands(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]

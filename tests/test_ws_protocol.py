@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 from tests.conftest import add_rule
 from tests.stack import Stack
@@ -42,10 +43,11 @@ def test_oversize_message_is_rejected_with_the_limit_named(stack: Stack) -> None
     assert "32000" in rej["error"] and "gateway.max_message_chars" in rej["error"]
     empty = c.say("   ")
     assert empty["type"] == "rejected" and empty["code"] == "empty"
-    bad_blocks = c.say_blocks([{"type": "script", "src": "x"}]) if hasattr(c, "say_blocks") else None
-    c.send({"type": "message", "content": [{"type": "script"}], "id": "b"})
-    assert c.recv_until(lambda f: f.get("id") == "b")["code"] == "bad_content"
-    assert bad_blocks is None or bad_blocks["type"] == "rejected"
+    for frame_id, blocks in [("b1", [{"type": "script", "src": "x"}]), ("b2", [{"type": "script"}]), ("b3", []),
+                             ("b4", [{"type": "text", "text": 5}]), ("b5", ["plain string"])]:
+        c.send({"type": "message", "content": blocks, "id": frame_id})
+        rej = c.recv_until(lambda f: f.get("id") == frame_id)
+        assert rej["type"] == "rejected" and rej["code"] == "bad_content", (blocks, rej)
     assert _history(c) == []
     _still_usable(c)
 
@@ -166,9 +168,11 @@ def test_agent_prompt_is_the_first_system_message(stack: Stack, llm) -> None:  #
     assert json.dumps(hist).count("agent_prompt") == 1
 
 
-def test_tool_calls_of_one_response_run_concurrently(stack: Stack, llm, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # each command waits for the other's file: run one after the other, the first would give up
-    a, b = tmp_path / "a", tmp_path / "b"
+def test_tool_calls_of_one_response_run_concurrently(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    # each command waits for the other's file: run one after the other, the first would give up.
+    # The files live in the workspace, the one folder every (sandboxed) bash call shares.
+    tag = uuid.uuid4().hex[:8]
+    a, b = f"rendezvous-{tag}-a", f"rendezvous-{tag}-b"
     wait = "for i in $(seq 100); do [ -f {peer} ] && echo met && exit 0; sleep 0.05; done; echo alone; exit 1"
     add_rule(llm, "rendezvous", {"tool_calls": [
         {"name": "bash", "arguments": {"command": f"touch {a}; " + wait.format(peer=b)}},

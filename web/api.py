@@ -56,6 +56,14 @@ def config() -> Response:
     return jsonify({"config": masked(cfg), "source": str(cfg.config_path) if cfg.config_path else None})
 
 
+@bp.get("/mcp")
+def mcp_servers() -> Response:
+    from picobot.mcp import status
+
+    rt = _rt()
+    return jsonify({"servers": status.summary(rt.config, status.read(rt.redis))})
+
+
 def _preview(s: Any, session_id: str) -> str:
     first = s.scalars(select(MessageRow.content).where(MessageRow.session_id == session_id, MessageRow.role == "user")
                       .order_by(MessageRow.position).limit(1)).first()

@@ -6,11 +6,13 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from picobot.config import Config, apply_dotenv, load_config, picobot_home
+from picobot.gateway.limits import RateLimits
 from picobot.logging_setup import setup_logging
 from picobot.runtime.services import Runtime, build_runtime
-from web.hub import EventHub
+from web.hub import EventHub, OutboxLimits
 
 WS_HARD_LIMIT = 16 * 1024 * 1024  # frames above gateway.max_frame_bytes get an error frame, not a close
 
@@ -30,19 +32,32 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
 
     app = Flask(__name__)
     app.config.update(
-        SOCK_SERVER_OPTIONS={"ping_interval": 25, "max_message_size": WS_HARD_LIMIT},
+        # no library pings: web/ws.py queues its own, so a ping never lands inside a half-sent frame
+        SOCK_SERVER_OPTIONS={"ping_interval": None, "max_message_size": WS_HARD_LIMIT},
         JSON_SORT_KEYS=False,
         MAX_CONTENT_LENGTH=runtime.config.gateway.max_frame_bytes,
     )
     app.config.update(overrides or {})
+    trust_proxies(app, runtime.config.gateway.trusted_proxies)
     app.extensions["picobot"] = runtime
-    app.extensions["picobot.hub"] = EventHub(runtime.redis)
+    app.extensions["picobot.rate_limits"] = RateLimits(runtime.redis, runtime.config.gateway.rate_limits)
+    gw = runtime.config.gateway
+    limits = OutboxLimits(gw.ws_send_queue_frames, gw.ws_send_queue_bytes, gw.ws_send_timeout_secs)
+    app.extensions["picobot.hub"] = EventHub(runtime.redis, limits=limits)
 
-    from web import api, auth, health, ui, ws
+    from web import api, auth, health, skills, ui, ws
 
     auth.init_app(app)  # the pairing guard in front of every route (see web/auth.py)
     app.register_blueprint(health.bp)
     app.register_blueprint(ws.bp)
+    app.register_blueprint(skills.bp)
     app.register_blueprint(api.bp)
     app.register_blueprint(ui.bp)
     return app
+
+
+def trust_proxies(app: Flask, hops: int) -> None:
+    """Believe X-Forwarded-For/-Proto/-Host/-Port from `hops` reverse proxies (none by default:
+    then the headers are ignored, so a client cannot pose as another address)."""
+    if hops > 0:
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops, x_host=hops, x_port=hops)  # type: ignore[method-assign]

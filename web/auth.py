@@ -14,6 +14,7 @@ sends them), so a cookie alone never authorises a write.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import time
 from typing import Any
@@ -129,6 +130,30 @@ def current_device() -> Device | None:
     return g.get("device")
 
 
+def client_address() -> str:
+    """Whom per-address limits count: the client's IPv4 address, or its IPv6 /64 (one host
+    usually holds a whole /64, so counting single IPv6 addresses would let it rotate freely).
+
+    `remote_addr` is the peer of the socket, or with `gateway.trusted_proxies` the address the
+    proxies report (web/app.py); a client cannot choose it by sending X-Forwarded-For itself.
+    """
+    raw = request.remote_addr or "unknown"
+    try:
+        ip = ipaddress.ip_address(raw)
+    except ValueError:
+        return raw[:64]
+    mapped = getattr(ip, "ipv4_mapped", None)  # ::ffff:1.2.3.4 is the IPv4 client 1.2.3.4
+    if mapped is not None:
+        return str(mapped)
+    return str(ipaddress.ip_network(f"{ip}/64", strict=False)) if ip.version == 6 else str(ip)
+
+
+def client_key() -> str:
+    """Whom per-device limits count: the paired device, or the client address when pairing is off."""
+    device = current_device()
+    return f"dev:{device.id}" if device is not None else f"addr:{client_address()}"
+
+
 # --- pairing: the form (no script needed) and the JSON API -----------------------------------
 
 
@@ -150,7 +175,7 @@ def _clean_code(text: str) -> str:
 def _redeem(code: str, name: str, kind: str = "browser") -> tuple[int, str, Any]:
     """(status, error code, issued token or None), with failures counted per client address."""
     limiter: FailureLimiter = current_app.extensions["picobot.limiter"]
-    client = request.remote_addr or "unknown"
+    client = client_address()
     try:
         wait = limiter.retry_after(client)
     except Exception:  # no Redis, no limit: refuse rather than allow unlimited guessing

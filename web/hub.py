@@ -5,66 +5,29 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections import defaultdict, deque
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import redis
 
 from picobot.runtime import keys
+from web.frames import encode_frame
+from web.outbox import Outbox, OutboxLimits, WriteWaiter
+
+__all__ = ["EventHub", "Outbox", "OutboxLimits"]
 
 log = logging.getLogger("picobot.web.hub")
 
 
-class Outbox:
-    """A socket's pending frames; turn snapshots coalesce latest-wins for slow readers."""
-
-    def __init__(self, send: Callable[[str], None]):
-        self._send = send
-        self._lock = threading.Lock()
-        self._queue: deque[dict[str, Any]] = deque()
-        self._busy = False
-        self.closed = False
-
-    def put(self, frame: dict[str, Any]) -> bool:
-        """Queue a frame; True if the caller should schedule a drain."""
-        with self._lock:
-            if self.closed:
-                return False
-            if frame.get("type") == "turn_updated":
-                for i, queued in enumerate(self._queue):
-                    if queued.get("type") == "turn_updated" and queued.get("turn_id") == frame.get("turn_id"):
-                        if queued.get("revision", 0) <= frame.get("revision", 0):
-                            self._queue[i] = frame
-                        return False
-            self._queue.append(frame)
-            if self._busy:
-                return False
-            self._busy = True
-            return True
-
-    def drain(self) -> None:
-        while True:
-            with self._lock:
-                if not self._queue or self.closed:
-                    self._busy = False
-                    return
-                frame = self._queue.popleft()
-            try:
-                self._send(json.dumps(frame, ensure_ascii=False, default=str))
-            except Exception:
-                with self._lock:
-                    self.closed = True
-                    self._busy = False
-                return
-
-
 class EventHub:
-    def __init__(self, r: redis.Redis, send_threads: int = 8):
+    def __init__(self, r: redis.Redis, send_threads: int = 8, limits: OutboxLimits | None = None):
         self.r = r
+        self.limits = limits or OutboxLimits()
         self._watchers: dict[str, set[Outbox]] = defaultdict(set)
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=send_threads, thread_name_prefix="ws-send")
+        self._waiter = WriteWaiter(self._schedule)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -81,9 +44,29 @@ class EventHub:
                 if not watchers:
                     del self._watchers[session_id]
 
-    def deliver(self, outbox: Outbox, frame: dict[str, Any]) -> None:
-        if outbox.put(frame):
-            self._pool.submit(outbox.drain)
+    def deliver(self, outbox: Outbox, frame: dict[str, Any], encoded: tuple[str, int] | None = None) -> None:
+        text, size = encoded or encode_frame(frame)
+        if outbox.put(frame, text, size):
+            self._schedule(outbox)
+
+    def ping(self, outbox: Outbox) -> None:
+        if outbox.ping():
+            self._schedule(outbox)
+
+    def close_socket(self, outbox: Outbox, code: int, reason: str) -> None:
+        """Send what is queued, then a close frame with `code` (e.g. 1011 after a handler failure)."""
+        if outbox.close(code, reason):
+            self._schedule(outbox)
+
+    def _schedule(self, outbox: Outbox) -> None:
+        try:
+            self._pool.submit(self._drain, outbox)
+        except RuntimeError:  # shutting down
+            outbox.close()
+
+    def _drain(self, outbox: Outbox) -> None:
+        if outbox.drain():  # the socket is full: wait for room without holding a pool thread
+            self._waiter.park(outbox)
 
     def connections(self) -> int:
         with self._lock:
@@ -91,6 +74,7 @@ class EventHub:
 
     def close(self) -> None:
         self._stop.set()
+        self._waiter.close()
         self._pool.shutdown(wait=False)
 
     def _ensure_thread(self) -> None:
@@ -121,7 +105,10 @@ class EventHub:
             frame = json.loads(message["data"])
         except (TypeError, ValueError):
             return
+        if not isinstance(frame, dict):
+            return
         with self._lock:
             targets = list(self._watchers.get(frame.get("session_id", ""), ()))
+        encoded = encode_frame(frame) if targets else None  # once for every socket watching the dialog
         for outbox in targets:
-            self.deliver(outbox, frame)
+            self.deliver(outbox, frame, encoded)

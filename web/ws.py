@@ -12,21 +12,29 @@ import secrets
 import time
 from typing import Any
 
+import redis
 from flask import Blueprint, current_app, request
 from flask_sock import ConnectionClosed, Sock
+from sqlalchemy.exc import SQLAlchemyError
 
 from picobot.gateway.inbound import InboundMessage
 from picobot.gateway.intake import Gateway
 from picobot.runtime.services import Runtime
 from picobot.storage import sessions
-from web.auth import pairing, request_token
-from web.hub import EventHub, Outbox
+from picobot.gateway.limits import Limited, SocketSlot
+from web.auth import client_key, pairing, request_token
+from web.frames import FrameError, frame_bytes, parse_frame
+from web.hub import EventHub
+from web.outbox import Outbox, WsTransport
 from web.views import active_turn, history
 
 log = logging.getLogger("picobot.web.ws")
 
 PROTOCOL_VERSION = 1
 REVERIFY_SECS = 10  # an open socket re-checks its device token this often
+PING_SECS = 25  # keepalive; a client that has not answered the previous ping by then is gone
+CLOSE_FLUSH_SECS = 2.0  # how long a closing socket may take to send its last frames
+INTERNAL_ERROR = 1011
 CHANNELS = {"cli_chat", "web"}
 CHAT_ID = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
 
@@ -39,10 +47,12 @@ class Connection:
         self.ws = ws
         self.rt = rt
         self.hub = hub
-        self.gateway = Gateway(rt)
+        self.gateway = Gateway(rt, current_app.extensions.get("picobot.rate_limits"))
+        self.device = client_key()  # whom the per-device rate limits count
+        self.slot: SocketSlot | None = None
         self.channel = channel
         self.chat_id = chat_id
-        self.outbox = Outbox(ws.send)
+        self.outbox = Outbox(WsTransport(ws), hub.limits)
         self.session_id: str | None = None
 
     def send(self, frame: dict[str, Any]) -> None:
@@ -71,17 +81,23 @@ class Connection:
     def close(self) -> None:
         if self.session_id:
             self.hub.unwatch(self.session_id, self.outbox)
-        self.outbox.closed = True
+        self.outbox.close()
+
+    def hang_up(self, code: int, reason: str) -> None:
+        """Send what is queued and a close frame, then stop."""
+        self.hub.close_socket(self.outbox, code, reason)
+        self.outbox.wait_flushed(CLOSE_FLUSH_SECS)
 
     def handle(self, raw: str | bytes) -> None:
         limit = self.rt.config.gateway.max_frame_bytes
-        if len(raw) > limit:
-            self.error("frame_too_large", f"The frame has {len(raw)} bytes; the limit is {limit} (gateway.max_frame_bytes).")
+        size = frame_bytes(raw)
+        if size > limit:
+            self.error("frame_too_large", f"The frame has {size} bytes; the limit is {limit} (gateway.max_frame_bytes).")
             return
         try:
-            frame = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            self.error("bad_json", f"The frame is not valid JSON: {exc}")
+            frame = parse_frame(raw)
+        except FrameError as exc:
+            self.error("bad_json", str(exc))
             return
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
             self.error("bad_frame", 'A frame is a JSON object with a "type" (message, command, history, ping).')
@@ -91,7 +107,26 @@ class Connection:
             self.error("unknown_type", f"Unknown frame type {frame['type'][:40]!r}; use message, command, history or ping.",
                        frame.get("id"))
             return
-        handler(self, frame)
+        try:
+            handler(self, frame)
+        except Exception as exc:  # the socket outlives a failing database or Redis
+            self.failed(exc, frame["type"], frame.get("id"))
+
+    def failed(self, exc: Exception, what: str, frame_id: Any) -> None:
+        """Log a failure once with its detail; tell the client what happened without it."""
+        code, text = failure_reply(exc)
+        # the driver's first line says what failed; the SQL and its parameters (user text) stay out
+        detail = (str(exc).splitlines() or [""])[0][:200]
+        log.error("%s frame on %s:%s failed: %s: %s", what[:40], self.channel, self.chat_id, type(exc).__name__,
+                  detail, exc_info=code == "internal")
+        self.error(code, text, frame_id)
+
+
+def failure_reply(exc: BaseException) -> tuple[str, str]:
+    if isinstance(exc, (SQLAlchemyError, redis.RedisError)):
+        return "unavailable", ("PicoBot's database or Redis is unavailable right now; nothing was changed. "
+                               "Retry in a moment.")
+    return "internal", "PicoBot failed to handle this frame; nothing was changed. Retry, or report it if it persists."
 
 
 def on_message(conn: Connection, frame: dict[str, Any]) -> None:
@@ -103,7 +138,8 @@ def on_message(conn: Connection, frame: dict[str, Any]) -> None:
     if mode not in ("steer", "queue"):
         conn.error("bad_frame", '"mode" must be "steer" or "queue".', frame.get("id"))
         return
-    submit(conn, InboundMessage(conn.channel, conn.chat_id, conn.chat_id, content, mode=mode), frame.get("id"))
+    submit(conn, InboundMessage(conn.channel, conn.chat_id, conn.chat_id, content, mode=mode,
+                                metadata={"device": conn.device}), frame.get("id"))
 
 
 def on_command(conn: Connection, frame: dict[str, Any]) -> None:
@@ -111,16 +147,15 @@ def on_command(conn: Connection, frame: dict[str, Any]) -> None:
     if not isinstance(text, str) or not text.strip().startswith("/"):
         conn.error("bad_frame", '"command" must be a string starting with "/".', frame.get("id"))
         return
-    submit(conn, InboundMessage(conn.channel, conn.chat_id, conn.chat_id, text.strip()), frame.get("id"))
+    submit(conn, InboundMessage(conn.channel, conn.chat_id, conn.chat_id, text.strip(),
+                                metadata={"device": conn.device}), frame.get("id"))
 
 
 def submit(conn: Connection, msg: InboundMessage, frame_id: Any) -> None:
     try:
         reply = conn.gateway.submit(msg)
-    except Exception:
-        log.exception("could not accept input for %s:%s", conn.channel, conn.chat_id)
-        conn.error("internal", "PicoBot could not accept the message (storage or queue unavailable). "
-                   "Nothing was recorded; please retry.", frame_id)
+    except Exception as exc:
+        conn.failed(exc, "input", frame_id)
         return
     out = reply.to_frame()
     if frame_id is not None:
@@ -132,7 +167,7 @@ def submit(conn: Connection, msg: InboundMessage, frame_id: Any) -> None:
 
 def on_history(conn: Connection, frame: dict[str, Any]) -> None:
     limit = frame.get("limit", 200)
-    if not isinstance(limit, int) or not 1 <= limit <= 1000:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
         conn.error("bad_frame", '"limit" must be an integer from 1 to 1000.', frame.get("id"))
         return
     sid = conn.session_id or ""
@@ -159,22 +194,66 @@ def ws_endpoint(ws: Any) -> None:
         ws.close(reason=1008, message="bad request")
         return
     conn = Connection(ws, rt, hub, channel, chat_id)
-    token = request_token()[0] if rt.config.gateway.pairing_required else None
-    checked = time.monotonic()
     try:
-        conn.attach_current("ready")
-        while True:
-            raw = ws.receive(timeout=REVERIFY_SECS)
-            if token is not None and time.monotonic() - checked >= REVERIFY_SECS:
-                checked = time.monotonic()
-                if pairing().verify(token) is None:  # revoked while connected: hang up
-                    ws.send(json.dumps({"type": "error", "code": "not_paired",
-                                        "error": "This device's pairing was revoked; pair it again."}))
-                    ws.close(reason=1008, message="pairing revoked")
-                    return
-            if raw is not None:
-                conn.handle(raw)
+        if take_socket_slot(conn, ws):
+            serve(conn, ws)
     except ConnectionClosed:
         pass
+    except Exception as exc:  # never an HTTP 500 written into an upgraded socket
+        log.exception("websocket handler for %s:%s failed", channel, chat_id)
+        code, text = failure_reply(exc)
+        conn.error(code, text)
+        conn.hang_up(INTERNAL_ERROR, "internal error; reconnect to continue")
     finally:
         conn.close()
+        if conn.slot is not None:
+            conn.slot.release()
+
+
+def take_socket_slot(conn: Connection, ws: Any) -> bool:
+    """Count this socket against its device's limit; a socket over it gets `rate_limited` and 1013."""
+    slot = conn.gateway.limits.open_socket(conn.device)
+    if isinstance(slot, Limited):
+        # straight to the socket: nothing else has been sent or queued on it yet
+        ws.send(json.dumps({"type": "error", "code": "rate_limited", "error": slot.text,
+                            "retry_after": slot.retry_after}))
+        ws.close(reason=1013, message="too many connections")
+        return False
+    conn.slot = slot
+    return True
+
+
+def serve(conn: Connection, ws: Any) -> None:
+    """Send `ready`, then handle frames until the client goes; re-check pairing, keep the link alive."""
+    rt = conn.rt
+    token = request_token()[0] if rt.config.gateway.pairing_required else None
+    checked = next_ping = time.monotonic()
+    next_ping += PING_SECS
+    conn.attach_current("ready")
+    while True:
+        raw = ws.receive(timeout=max(0.05, min(next_ping, checked + REVERIFY_SECS) - time.monotonic()))
+        now = time.monotonic()
+        if now >= next_ping:
+            if not keep_alive(conn, ws):
+                return
+            next_ping = now + PING_SECS
+        if now - checked >= REVERIFY_SECS:
+            checked = now
+            if token is not None and pairing().verify(token) is None:  # revoked while connected: hang up
+                conn.error("not_paired", "This device's pairing was revoked; pair it again.")
+                conn.hang_up(1008, "pairing revoked")
+                return
+        if conn.slot is not None:
+            conn.slot.keep()
+        if raw is not None:
+            conn.handle(raw)
+
+
+def keep_alive(conn: Connection, ws: Any) -> bool:
+    """Ping through the socket's own queue, so a ping never lands inside a half-written frame."""
+    if not ws.pong_received:
+        conn.hang_up(1008, "Ping/Pong timeout")
+        return False
+    ws.pong_received = False
+    conn.hub.ping(conn.outbox)
+    return True

@@ -10,12 +10,9 @@ from celery import Celery, signals
 from picobot.config import Config
 from picobot.runtime.redis_url import resolve_redis_url
 from picobot.runtime.services import Runtime, build_runtime
-
-TURN_TASK = "picobot.turn"
-SWEEP_TASK = "picobot.sweep"
-QUEUE_TURNS = "turns"
-QUEUE_MAINTENANCE = "maintenance"  # sweeps now; compression and memory upkeep later
-ALL_QUEUES = (QUEUE_TURNS, QUEUE_MAINTENANCE)
+from picobot.runtime.task_names import QUEUE_MAINTENANCE, QUEUE_TURNS, SWEEP_TASK, TURN_TASK
+from worker import tasks
+from worker.queue import CeleryTaskQueue
 
 log = logging.getLogger("picobot.worker")
 
@@ -35,8 +32,6 @@ class PicoCelery(Celery):
     def runtime(self) -> Runtime:
         with self._runtime_lock:
             if self._runtime is None:
-                from worker.queue import CeleryTaskQueue
-
                 self._runtime = build_runtime(self.picobot_config, CeleryTaskQueue(self))
             return self._runtime
 
@@ -66,26 +61,29 @@ def make_celery(config: Config) -> PicoCelery:
         redbeat_lock_timeout=max(30, int(sweep_every * 6)),
         beat_max_loop_interval=max(1, min(5, int(sweep_every))),
         beat_schedule={
-            "picobot.sweep": {"task": SWEEP_TASK, "schedule": sweep_every, "options": {"queue": QUEUE_MAINTENANCE, "expires": sweep_every * 3}},
+            SWEEP_TASK: {"task": SWEEP_TASK, "schedule": sweep_every, "options": {"queue": QUEUE_MAINTENANCE, "expires": sweep_every * 3}},
         },
         timezone=config.time.timezone,
     )
-    import worker.tasks  # noqa: F401  registers the tasks on this app
-
-    worker.tasks.register(app)
+    tasks.register(app, lambda: app.runtime)
     signals.worker_ready.connect(_on_worker_ready, sender=None, weak=False)
     return app
 
 
 def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def]
+    from picobot.mcp.status import publish as publish_mcp
     from picobot.runtime.heartbeat import start_heartbeat
+    from picobot.runtime.tool_safety import announce
 
     app = sender.app if sender is not None and isinstance(getattr(sender, "app", None), PicoCelery) else None
     if app is None:
         return
     rt = app.runtime
     rt.worker_name = getattr(sender, "hostname", None) or rt.worker_name
-    start_heartbeat(rt.redis, rt.worker_name, rt.active_turn_ids)
+    sandbox = announce(rt.config)
+    rt.tools()  # MCP servers start connecting now, in the background
+    start_heartbeat(rt.redis, rt.worker_name, rt.active_turn_ids, {"sandbox": sandbox.as_check()},
+                    on_beat=lambda: publish_mcp(rt.redis, rt.worker_name, rt.mcp_statuses()))
     app.send_task(SWEEP_TASK, queue=QUEUE_MAINTENANCE)  # recover what a previous run left behind
     log.info("worker %s ready", rt.worker_name)
 

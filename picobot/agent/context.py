@@ -8,15 +8,14 @@ from zoneinfo import ZoneInfo
 
 from picobot.domain.messages import MARKER_AGENT_PROMPT, ChatMessage
 
+# Sent at the start of every dialog: which tool does what is the tools' own descriptions' job.
 DEFAULT_AGENT_MD = """# PicoBot
 
-You are PicoBot, a helpful assistant reachable from the web, a terminal and chat apps.
+You are PicoBot, a helpful assistant on the web, the terminal and chat apps.
 
 - Answer in the user's language, briefly and precisely.
-- Use tools when they give a better answer than guessing: calculator for arithmetic,
-  get_time for dates and times, read/write/edit/bash for files and commands in the
-  workspace, http_request/web_fetch for the web.
-- When a tool fails, read its error, fix the call and try again, or explain the problem.
+- Use a tool when it beats guessing. When one fails, read its error and fix the call, or
+  explain the problem.
 """
 
 
@@ -47,11 +46,13 @@ def needs_agent_prompt(history: list[ChatMessage], user_turns: int, reinject_eve
     return reinject_every > 0 and user_turns > 0 and user_turns % reinject_every == 0
 
 
-def runtime_note(timezone: str, channel: str, workspace: Path) -> ChatMessage:
-    """Facts of this moment; sent with every model call, never stored."""
+def runtime_note(timezone: str, channel: str, workspace: Path, skill_index: str = "") -> ChatMessage:
+    """Facts of this moment, and the skill index; sent with every model call, never stored."""
     now = dt.datetime.now(ZoneInfo(timezone))
     text = (
         f"Current time: {now.isoformat(timespec='seconds')} ({now.strftime('%A')}, {timezone}). "
-        f"Channel: {channel}. Workspace for file and shell tools: {workspace}."
+        f"Channel: {channel}. Workspace: {workspace}."
     )
+    if skill_index:  # rides along here rather than as one more system message
+        text = f"{text}\n\n{skill_index}"
     return ChatMessage(role="system", content=text)

@@ -8,11 +8,11 @@ final answer) and injected as real user messages.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
 from picobot.agent.snapshot import TurnController
+from picobot.agent.tool_batch import ToolBatch, ordering
 from picobot.agent.stream import pump
 from picobot.domain.messages import ChatMessage, ToolCall, Usage, text_of
 from picobot.errors import ContextLengthExceeded, ProviderError, TurnCancelled
@@ -23,6 +23,10 @@ from picobot.tools.registry import ToolRegistry
 log = logging.getLogger("picobot.agent")
 
 CANCELLED_TOOL_TEXT = "[cancelled] The user stopped the turn before this tool finished."
+# After a cancel, how long to wait for running tools (cancellation cuts them short) before
+# the turn is committed without them; and for a file write under way to land before that.
+TOOL_SETTLE_SECS = 2.0
+GATE_SEAL_SECS = 1.0
 
 SteerSource = Callable[[], list[ChatMessage]]
 
@@ -37,6 +41,7 @@ class LoopSettings:
     tool_result_max_chars: int = 20000
     context_tool_result_trim_chars: int = 2000
     idle_timeout_secs: float = 120.0
+    max_parallel_tools: int = 8
 
 
 @dataclass
@@ -77,6 +82,10 @@ class AgentLoop:
             result.status = "failed"
             result.error = _provider_error_text(exc)
             log.warning("turn %s failed: %s", controller.turn_id, result.error)
+        finally:
+            # whatever a tool thread does from now on, it changes no file: the turn is over
+            if not ctx.gate.seal(GATE_SEAL_SECS):
+                log.warning("turn %s ended with a file write still under way", controller.turn_id)
         return result
 
     def _loop(self, history: list[ChatMessage], result: LoopResult, ctx: ToolContext,
@@ -138,45 +147,34 @@ class AgentLoop:
         raise ProviderError("the model's stream ended without a complete message")
 
     def _run_tools(self, calls: list[ToolCall], ctx: ToolContext, controller: TurnController) -> list[ChatMessage]:
-        """Run one batch concurrently; results come back in the order of the calls."""
-        results: dict[str, ToolResult] = {}
-        done = threading.Event()
-        remaining = [len(calls)]
-        lock = threading.Lock()
-
-        def run(call: ToolCall) -> None:
-            try:
-                res = self.tools.execute(call, ctx, self.settings.tool_result_max_chars)
-            except TurnCancelled:
-                res = ToolResult(CANCELLED_TOOL_TEXT, is_error=True)
-            except Exception as exc:  # the registry already turns tool failures into results
-                log.exception("tool %s crashed", call.name)
-                res = ToolResult(f"Tool {call.name} failed: {type(exc).__name__}", is_error=True)
-            with lock:
-                results[call.id] = res
-                remaining[0] -= 1
-                if remaining[0] == 0:
-                    done.set()
-            controller.tool_finished(call, res.content, res.is_error)
-
+        """Run one batch (see tool_batch); results come back in the order of the calls."""
         for call in calls:
-            controller.tool_started(call)
-            threading.Thread(target=run, args=(call,), name=f"tool-{call.name}", daemon=True).start()
-        unregister = ctx.cancel.on_cancel(done.set)
-        try:
-            done.wait()
-        finally:
-            unregister()
+            controller.tool_waiting(call)
+        after = ordering([self.tools.footprint(c, ctx) for c in calls],
+                         [self.tools.is_read_only(c.name) for c in calls])
+        batch = ToolBatch(calls, after, lambda call: self._execute(call, ctx), controller,
+                          self.settings.max_parallel_tools)
+        results = batch.run(ctx.cancel, TOOL_SETTLE_SECS)
         out = []
-        with lock:
-            for call in calls:
-                res = results.get(call.id) or ToolResult(CANCELLED_TOOL_TEXT, is_error=True)
-                out.append(ChatMessage(role="tool", content=res.content, tool_call_id=call.id,
-                                       name=call.name, is_error=res.is_error))
+        for call, res in zip(calls, results):
+            if res is None:  # never started, or still running when the wait for it ended
+                res = ToolResult(CANCELLED_TOOL_TEXT, is_error=True)
+                controller.tool_finished(call, res.content, res.is_error)
+            out.append(ChatMessage(role="tool", content=res.content, tool_call_id=call.id,
+                                   name=call.name, is_error=res.is_error))
         if ctx.cancel.cancelled:
             # keep the chain whole in what we store, then stop
             raise _CancelledWithResults(out)
         return out
+
+    def _execute(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        try:
+            return self.tools.execute(call, ctx, self.settings.tool_result_max_chars)
+        except TurnCancelled:
+            return ToolResult(CANCELLED_TOOL_TEXT, is_error=True)
+        except Exception as exc:  # the registry already turns tool failures into results
+            log.exception("tool %s crashed", call.name)
+            return ToolResult(f"Tool {call.name} failed: {type(exc).__name__}", is_error=True)
 
 
 class _CancelledWithResults(TurnCancelled):

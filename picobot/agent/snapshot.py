@@ -68,6 +68,14 @@ class TurnController:
             block["arguments"] += arguments
             self._bump()
 
+    def tool_waiting(self, call: ToolCall) -> None:
+        """A call of the batch about to run: its block exists (in request order), `pending` until it starts."""
+        with self._lock:
+            if self._find_tool(call.id) is None:
+                self.blocks.append({"type": "tool", "id": call.id, "name": call.name, "arguments": call.arguments,
+                                    "status": "pending"})
+                self._bump()
+
     def tool_started(self, call: ToolCall) -> None:
         with self._lock:
             block = self._find_tool(call.id)

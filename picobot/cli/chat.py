@@ -1,11 +1,16 @@
-"""`picobot chat`: a terminal client over /ws (one-shot with -m, or interactive)."""
+"""`picobot chat`: a terminal client over /ws — the connection, and the one-shot `-m`.
+
+It never waits on a gateway that cannot serve it: no `ready` within the ready timeout, or a
+connection that closes before or after `ready`, ends the command with a one-line error and exit
+code 2 (see docs/OPERATIONS.md). The interactive chat is in chat_interactive.py.
+"""
 
 from __future__ import annotations
 
 import json
 import secrets
+import socket
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +19,7 @@ from urllib.parse import urlencode
 import websocket  # websocket-client
 
 LOCAL_COMMANDS = {"/quit", "/exit", "/clear"}
+EXIT_UNAVAILABLE = 2  # no usable connection: unreachable, refused, not ready in time, or closed
 NOT_PAIRED = ("the gateway requires a paired device. On the server, `picobot chat` pairs itself; from another "
               "machine pass --token (or set PICOBOT_TOKEN) with a token from `picobot pair --new-token NAME` "
               "run on the server.")
@@ -32,18 +38,81 @@ def stable_chat_id(home: Path) -> str:
     return value
 
 
+class GatewayUnavailable(Exception):
+    """The gateway cannot serve this client; the message is one line for the terminal."""
+
+
+# What a connection that went away looks like, from the socket or from websocket-client.
+CONNECTION_ERRORS = (websocket.WebSocketException, OSError)
+# Nothing answered at that address at all (as opposed to a server that answered, then went away).
+UNREACHABLE = (ConnectionRefusedError, socket.gaierror, websocket.WebSocketAddressException)
+
+
 class ChatClient:
-    def __init__(self, url: str, chat_id: str, timeout: float = 10.0, headers: list[str] | None = None):
+    """A /ws connection that has received `ready`, or GatewayUnavailable within ready_timeout."""
+
+    def __init__(self, url: str, chat_id: str, ready_timeout: float, headers: list[str] | None = None):
+        self.url = url
+        deadline = time.monotonic() + ready_timeout
         query = urlencode({"chat_id": chat_id, "channel": "cli_chat"})
-        self.ws = websocket.create_connection(f"{url}?{query}", timeout=timeout, header=headers or [])
-        self.ready = self.recv(timeout)
-        if self.ready.get("type") != "ready":
-            raise RuntimeError(self.ready.get("error") or f"unexpected first frame: {self.ready}")
+        try:
+            self.ws = websocket.create_connection(f"{url}?{query}", timeout=ready_timeout, header=headers or [])
+        except websocket.WebSocketBadStatusException:
+            raise  # 401 is the caller's to explain
+        except (websocket.WebSocketTimeoutException, socket.timeout):
+            raise self._gave_up(ready_timeout, "no WebSocket handshake") from None
+        except UNREACHABLE as exc:
+            raise self._unreachable(exc) from None
+        except CONNECTION_ERRORS:
+            raise self._closed_early() from None
+        try:
+            self.ready = self._first_frame(deadline, ready_timeout)
+        except BaseException:
+            self.close()
+            raise
         self.session_id = self.ready["session"]["session_id"]
 
+    def _first_frame(self, deadline: float, ready_timeout: float) -> dict[str, Any]:
+        try:
+            frame = self.recv(max(0.01, deadline - time.monotonic()))
+        except (websocket.WebSocketTimeoutException, socket.timeout):
+            raise self._gave_up(ready_timeout, "connected, but no `ready` frame") from None
+        except CONNECTION_ERRORS:
+            raise self._closed_early() from None
+        if frame.get("type") == "ready" and isinstance(frame.get("session"), dict) \
+                and isinstance(frame["session"].get("session_id"), str):
+            return frame
+        if frame.get("type") == "error":
+            raise GatewayUnavailable(f"the gateway at {self.url} refused the connection: "
+                                     f"{_one_line(frame.get('error'))}")
+        raise GatewayUnavailable(f"the gateway at {self.url} sent {_one_line(frame.get('type'))!r} where "
+                                 "`ready` was expected; is that URL a PicoBot /ws endpoint?")
+
+    def _gave_up(self, ready_timeout: float, what: str) -> GatewayUnavailable:
+        return GatewayUnavailable(f"the gateway at {self.url} is not ready after {ready_timeout:g} s ({what}); "
+                                  "check `picobot health`, or allow longer with --ready-timeout")
+
+    def _closed_early(self) -> GatewayUnavailable:
+        return GatewayUnavailable(f"the gateway at {self.url} closed the connection before it was ready; "
+                                  "see its log, or `picobot health`")
+
+    def _unreachable(self, exc: BaseException) -> GatewayUnavailable:
+        reason = _one_line(getattr(exc, "strerror", None) or exc) or type(exc).__name__
+        return GatewayUnavailable(f"cannot reach the gateway at {self.url} ({reason}); "
+                                  "is PicoBot running? Start it with `picobot up`")
+
     def recv(self, timeout: float | None = None) -> dict[str, Any]:
+        """The next frame; GatewayUnavailable if it is not a JSON object (the gateway sends only those)."""
         self.ws.settimeout(timeout)
-        return json.loads(self.ws.recv())
+        raw = self.ws.recv()
+        try:
+            frame = json.loads(raw)
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
+            frame = None
+        if not isinstance(frame, dict):
+            raise GatewayUnavailable(f"the gateway at {self.url} sent a frame that is not a JSON object; "
+                                     "is that URL a PicoBot /ws endpoint?")
+        return frame
 
     def send(self, frame: dict[str, Any]) -> None:
         self.ws.send(json.dumps(frame))
@@ -55,6 +124,17 @@ class ChatClient:
             pass
 
 
+def _one_line(value: Any, limit: int = 200) -> str:
+    """Text from the network, fit for one line of a terminal (no control characters, bounded)."""
+    text = "".join(ch if ch.isprintable() else " " for ch in str(value if value is not None else ""))
+    return " ".join(text.split())[:limit]
+
+
+def lost(url: str, during: str) -> str:
+    return (f"the connection to the gateway at {url} was lost {during}; see `picobot health` "
+            "(a message it accepted is still answered and kept in the dialog)")
+
+
 def _has_local_database(config: Any) -> bool:
     """True on the server machine: its database is reachable from here (a SQLite file that exists,
     or a shared database URL). Elsewhere we must not create a stray database just to pair."""
@@ -64,44 +144,72 @@ def _has_local_database(config: Any) -> bool:
     return bool(path) and Path(path).expanduser().exists()
 
 
+def _local_token(config: Any) -> str:
+    """The terminal's stored token; the pairing stack (SQL) is imported only to issue the first one."""
+    from picobot.token_file import read_cli_token
+
+    token = read_cli_token(config.home)
+    if token:
+        return token
+    from picobot.pairing import local_cli_token
+
+    return local_cli_token(config)
+
+
 def _bearer(token: str | None) -> list[str]:
     return [f"Authorization: Bearer {token}"] if token else []
 
 
-def connect_paired(config: Any, url: str, chat_id: str, token: str | None = None) -> ChatClient:
+def connect_paired(settings: Any, url: str, chat_id: str, token: str | None, ready_timeout: float) -> ChatClient:
     """Connect with the given token, else (on the server) the terminal's own token, issued on first use.
 
-    Raises PermissionError with how-to-pair advice when the gateway answers 401.
+    `settings` needs home, database_url and pairing_required (ClientSettings or Config's equivalents).
+    Raises PermissionError with how-to-pair advice when the gateway answers 401, GatewayUnavailable
+    when it cannot serve us.
     """
-    from picobot.pairing import local_cli_token
-
     if token:
-        try:
-            return ChatClient(url, chat_id, headers=_bearer(token))
-        except websocket.WebSocketBadStatusException as exc:
-            if exc.status_code == 401:
-                raise PermissionError("the gateway refused this token (revoked, or from another server). "
-                                      + NOT_PAIRED) from None
-            raise
-    local = local_cli_token(config) if config.gateway.pairing_required and _has_local_database(config) else None
-    try:
-        return ChatClient(url, chat_id, headers=_bearer(local))
-    except websocket.WebSocketBadStatusException as exc:
-        if exc.status_code != 401:
-            raise
-    if not _has_local_database(config):
+        client = _connect(url, chat_id, token, ready_timeout)
+        if client is None:
+            raise PermissionError("the gateway refused this token (revoked, or from another server). " + NOT_PAIRED)
+        return client
+    local = _local_token(settings) if settings.pairing_required and _has_local_database(settings) else None
+    client = _connect(url, chat_id, local, ready_timeout)
+    if client is not None:
+        return client
+    if not _has_local_database(settings):
         raise PermissionError(NOT_PAIRED)
     # Our token was revoked or the database was replaced: pair again, once.
+    from picobot.pairing import local_cli_token
+
+    client = _connect(url, chat_id, local_cli_token(settings, renew=True), ready_timeout)
+    if client is None:
+        raise PermissionError(NOT_PAIRED)
+    return client
+
+
+def _connect(url: str, chat_id: str, token: str | None, ready_timeout: float) -> ChatClient | None:
+    """A ready client, or None when the gateway answers 401 (not paired)."""
     try:
-        return ChatClient(url, chat_id, headers=_bearer(local_cli_token(config, renew=True)))
+        return ChatClient(url, chat_id, ready_timeout, headers=_bearer(token))
     except websocket.WebSocketBadStatusException as exc:
         if exc.status_code == 401:
-            raise PermissionError(NOT_PAIRED) from None
-        raise
+            return None
+        raise GatewayUnavailable(f"the gateway at {url} refused the WebSocket with HTTP {exc.status_code}; "
+                                 "is that URL a PicoBot /ws endpoint?") from None
 
 
 def run_once(client: ChatClient, text: str, timeout: float) -> int:
-    """Send one message or command; print the final reply. 0 on success."""
+    """Send one message or command; print the final reply. 0 on success, 2 if the connection is lost."""
+    try:
+        return _send_and_wait(client, text, timeout)
+    except GatewayUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    except CONNECTION_ERRORS:
+        print(f"error: {lost(client.url, 'before the reply came')}", file=sys.stderr)
+    return EXIT_UNAVAILABLE
+
+
+def _send_and_wait(client: ChatClient, text: str, timeout: float) -> int:
     is_command = text.strip().startswith("/")
     client.send({"type": "command" if is_command else "message", "id": "m1",
                  **({"command": text} if is_command else {"content": text})})
@@ -121,101 +229,16 @@ def run_once(client: ChatClient, text: str, timeout: float) -> int:
                 print(f"error: {frame.get('error')}", file=sys.stderr)
                 return 1
             if kind == "accepted":
-                seq = frame["seq"]
-                client.session_id = frame["session_id"]
-        elif kind == "turn_completed" and seq is not None and seq in frame.get("inbound_seqs", []):
+                seq = frame.get("seq")
+        elif kind == "turn_completed" and seq is not None and _lists(frame.get("inbound_seqs"), seq):
             if frame.get("status") == "completed":
                 print(frame.get("final_text", ""))
                 return 0
             print(f"error: turn {frame.get('status')}: {frame.get('error') or ''}".rstrip(": "), file=sys.stderr)
             return 1
-    print(f"error: no reply within {timeout:.0f} s", file=sys.stderr)
+    print(f"error: no reply within {timeout:g} s", file=sys.stderr)
     return 1
 
 
-class _Printer:
-    """Prints snapshot growth as it streams (text and tool activity)."""
-
-    def __init__(self) -> None:
-        self.shown: dict[tuple[str, int], int] = {}
-        self.tools: dict[str, str] = {}
-
-    def snapshot(self, snap: dict[str, Any]) -> None:
-        turn = snap["turn_id"]
-        for i, block in enumerate(snap.get("blocks", [])):
-            kind = block["type"]
-            if kind == "text":
-                done = self.shown.get((turn, i), 0)
-                sys.stdout.write(block["text"][done:])
-                self.shown[(turn, i)] = len(block["text"])
-            elif kind == "tool":
-                status = block.get("status", "")
-                if self.tools.get(block.get("id", "")) != status and status in ("running", "done", "error"):
-                    self.tools[block.get("id", "")] = status
-                    sys.stdout.write(f"\n  [{block.get('name')} {status}]\n")
-        sys.stdout.flush()
-
-
-def interactive(client: ChatClient) -> int:
-    printer = _Printer()
-    print(f"PicoBot chat — dialog {client.ready['session']['dialog_id']}. /help for commands, /quit to leave.")
-    stop = threading.Event()
-    awaiting: set[str] = set()  # ids of commands sent whose reply has not come yet
-    replied = threading.Condition()
-
-    def reader() -> None:
-        while not stop.is_set():
-            try:
-                frame = client.recv(None)
-            except Exception:
-                if not stop.is_set():
-                    print("\n[disconnected]")
-                stop.set()
-                return
-            with replied:
-                awaiting.discard(frame.get("id"))
-                if not awaiting:
-                    replied.notify_all()
-            kind = frame.get("type")
-            if kind == "turn_updated":
-                printer.snapshot(frame)
-            elif kind == "turn_completed":
-                if frame.get("status") != "completed":
-                    print(f"\n[{frame.get('status')}] {frame.get('error') or ''}")
-                print()
-            elif kind == "command":
-                print(frame.get("text", ""))
-            elif kind in ("rejected", "error"):
-                print(f"[error] {frame.get('error')}")
-            elif kind == "accepted" and frame.get("fate") != "started":
-                print(f"[{frame.get('fate')}]")
-            elif kind == "message":
-                print(f"\n[message] {frame.get('text')}")
-            elif kind == "session":
-                print(f"[dialog {frame['session']['dialog_id']}]")
-
-    threading.Thread(target=reader, daemon=True).start()
-    try:
-        while not stop.is_set():
-            line = input("> ").strip()
-            if not line:
-                continue
-            if line in ("/quit", "/exit"):
-                break
-            if line == "/clear":
-                print("\033[2J\033[H", end="")
-                continue
-            frame_id = f"t{len(awaiting)}-{time.monotonic_ns()}"
-            with replied:
-                awaiting.add(frame_id)
-            if line.startswith("/"):
-                client.send({"type": "command", "command": line, "id": frame_id})
-            else:
-                client.send({"type": "message", "content": line, "id": frame_id})
-    except (EOFError, KeyboardInterrupt):
-        pass
-    with replied:  # let the replies to what was just typed arrive before leaving
-        replied.wait_for(lambda: not awaiting or stop.is_set(), timeout=5)
-    stop.set()
-    client.close()
-    return 0
+def _lists(seqs: Any, seq: Any) -> bool:
+    return isinstance(seqs, list) and seq in seqs

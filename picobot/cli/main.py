@@ -1,4 +1,8 @@
-"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, health, config, migrate."""
+"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, health, config, migrate.
+
+Each command imports what it needs when it runs: `picobot chat -m` starts once per message, and
+the schema, the storage and the pairing stack would cost most of its time.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +11,57 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from picobot.config import Config, apply_dotenv, load_config, picobot_home
+from picobot.cli.pair import add_parser as add_pair_parser
 from picobot.errors import ConfigError
+
+if TYPE_CHECKING:
+    from picobot.config import Config
+    from picobot.config.client import ClientSettings
+
+DEFAULT_READY_TIMEOUT = 10.0  # seconds `picobot chat` waits for the gateway's `ready` frame
+
+
+def _apply_dotenv() -> None:
+    from picobot.config.home import picobot_home
+    from picobot.config.loader import apply_dotenv
+
+    apply_dotenv(picobot_home(), Path.cwd())
 
 
 def _config() -> Config:
-    apply_dotenv(picobot_home(), Path.cwd())
+    from picobot.config.loader import load_config
+
+    _apply_dotenv()
     return load_config()
 
 
-def _gateway_url(config: Config, explicit: str | None) -> str:
+def _client_settings() -> ClientSettings:
+    from picobot.config.client import load_client_settings
+
+    _apply_dotenv()
+    return load_client_settings()
+
+
+def _gateway_url(settings: ClientSettings, explicit: str | None) -> str:
     if explicit:
         return explicit
-    host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::", "") else config.gateway.host
-    return f"ws://{host}:{config.gateway.port}/ws"
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    if ":" in host and not host.startswith("["):  # an IPv6 address goes in brackets
+        host = f"[{host}]"
+    return f"ws://{host}:{settings.port}/ws"
+
+
+def _seconds(text: str) -> float:
+    """argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -70,23 +110,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from picobot.cli.chat import connect_paired, interactive, run_once, stable_chat_id
+    from picobot.cli.chat import EXIT_UNAVAILABLE, GatewayUnavailable, connect_paired, run_once, stable_chat_id
 
-    config = _config()
-    chat_id = args.chat or stable_chat_id(config.home)
-    url = _gateway_url(config, args.gateway_url)
+    for stream in (sys.stdout, sys.stderr):  # text from the gateway may hold what UTF-8 cannot carry
+        stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+    settings = _client_settings()
+    chat_id = args.chat or stable_chat_id(settings.home)
+    url = _gateway_url(settings, args.gateway_url)
+    token = args.token or os.environ.get("PICOBOT_TOKEN") or None
     try:
-        client = connect_paired(config, url, chat_id, args.token or os.environ.get("PICOBOT_TOKEN") or None)
-    except PermissionError as exc:
+        client = connect_paired(settings, url, chat_id, token, args.ready_timeout)
+    except (PermissionError, GatewayUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:
-        print(f"error: cannot reach the gateway at {url}: {exc}\n"
-              "Is PicoBot running? Start it with `picobot up`.", file=sys.stderr)
-        return 2
+        return EXIT_UNAVAILABLE
     try:
         if args.message is not None:
             return run_once(client, args.message, args.timeout)
+        from picobot.cli.chat_interactive import interactive
+
         return interactive(client)
     finally:
         client.close()
@@ -107,7 +148,10 @@ def cmd_health(args: argparse.Namespace) -> int:
             raise RuntimeError("health checks do not enqueue")
 
     rt = build_runtime(_config(), _NoQueue())
-    report = check_health(rt)
+    try:
+        report = check_health(rt)
+    finally:
+        rt.close()  # also when embedded in a longer-lived process: no engine or Redis connection left open
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -119,11 +163,16 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     from picobot.config.secrets import masked
+    from picobot.config.unused import warning_lines
 
     config = _config()
-    print(json.dumps(masked(config), indent=2, ensure_ascii=False))
+    text = json.dumps(masked(config), indent=2, ensure_ascii=False)
+    # JSON allows a lone surrogate ("\ud800") that UTF-8 cannot carry: print it escaped, still valid JSON
+    print(text.encode("utf-8", "backslashreplace").decode("utf-8"))
     where = config.config_path or "no config file (defaults and environment)"
     print(f"# loaded from: {where}", file=sys.stderr)
+    for line in warning_lines(config):
+        print(f"picobot: {line}", file=sys.stderr)
     return 0
 
 
@@ -139,9 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
         w = sub.add_parser(name, help="run the web/WebSocket front end (gunicorn)")
         w.add_argument("--bind", help="host:port (default gateway.host:gateway.port)")
         w.set_defaults(fn=cmd_web)
+    from picobot.runtime.task_names import WORKER_QUEUES
+
     wk = sub.add_parser("worker", help="run a Celery worker for turns and maintenance")
     wk.add_argument("-c", "--concurrency", type=int, default=int(os.environ.get("PICOBOT_WORKER_CONCURRENCY", 200)))
-    wk.add_argument("-Q", "--queues", default="turns,maintenance")
+    wk.add_argument("-Q", "--queues", default=WORKER_QUEUES)
     wk.add_argument("-n", "--name", default=None)
     wk.set_defaults(fn=cmd_worker)
     sub.add_parser("beat", help="run the scheduler (Celery beat with redbeat)").set_defaults(fn=cmd_beat)
@@ -154,12 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("-m", "--message", help="send one message, print the final reply and exit")
         c.add_argument("--chat", help="chat id (default: this machine's stable terminal chat id)")
         c.add_argument("--gateway-url", "--url", dest="gateway_url", help="ws://host:port/ws")
-        c.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a reply with -m")
+        c.add_argument("--timeout", type=_seconds, default=300.0, help="seconds to wait for a reply with -m")
+        c.add_argument("--ready-timeout", type=_seconds, default=DEFAULT_READY_TIMEOUT,
+                       help=f"seconds to wait for the gateway to connect and send `ready` before giving up "
+                            f"(default {DEFAULT_READY_TIMEOUT:g})")
         c.add_argument("--token", help="device token for a gateway on another machine (or PICOBOT_TOKEN); "
                        "on the server itself the terminal pairs on its own")
         c.set_defaults(fn=cmd_chat)
-    from picobot.cli.pair import add_parser as add_pair_parser
-
     add_pair_parser(sub).set_defaults(fn=cmd_pair)
     h = sub.add_parser("health", help="check database, Redis, workers, beat and provider")
     h.add_argument("--json", action="store_true")

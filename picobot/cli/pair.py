@@ -6,9 +6,11 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from picobot.config import Config
-from picobot.pairing import Pairing, pairing_url
+if TYPE_CHECKING:  # imported when `pair` runs: every command builds this parser, and SQL is slow to import
+    from picobot.config import Config
+    from picobot.pairing import Pairing
 
 
 def _when(ts: float | None) -> str:
@@ -16,6 +18,7 @@ def _when(ts: float | None) -> str:
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
+    from picobot.pairing import Pairing, pairing_url
     from picobot.storage.db import Database
 
     db = Database(config.database_url)

@@ -8,10 +8,10 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from picobot.config import Config
+from picobot.runtime.task_names import WORKER_QUEUES
 
 
 def web_argv(config: Config, bind: str | None = None, threads: int = 1100) -> list[str]:
@@ -20,7 +20,7 @@ def web_argv(config: Config, bind: str | None = None, threads: int = 1100) -> li
             "--timeout", "120", "--graceful-timeout", "10", "--no-control-socket", "-b", bind, "web.app:create_app()"]
 
 
-def worker_argv(concurrency: int = 200, queues: str = "turns,maintenance", name: str | None = None) -> list[str]:
+def worker_argv(concurrency: int = 200, queues: str = WORKER_QUEUES, name: str | None = None) -> list[str]:
     argv = [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-P", "threads", "-c", str(concurrency),
             "-Q", queues, "-E", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
     if name:
@@ -130,7 +130,7 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False) 
     host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
     where = "embedded Redis" if redis_proc else "Redis"
     print(f"PicoBot is starting: http://{host}:{config.gateway.port}/  (WebSocket /ws, health /health)")
-    print(f"  {where}: {redis_url}\n  database: {_safe_db(config.database_url)}\n"
+    print(f"  {where}: {safe_url(redis_url)}\n  database: {safe_url(config.database_url)}\n"
           f"  chat from a terminal: picobot chat    stop: Ctrl-C", flush=True)
     if pair_line:
         print(pair_line, flush=True)
@@ -169,19 +169,21 @@ def _port_in_use(host: str, port: int) -> str | None:
     return None
 
 
-def _safe_db(url: str) -> str:
-    if "@" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
+def safe_url(url: str) -> str:
+    """A Redis or database URL fit to print: the password (user info or `?password=`) masked."""
+    from picobot.security.redact import MASK, mask_text
+
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, tail = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")  # the last @: a password may hold an unescaped one
+    if sep and at:
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{host}" if colon else f"{MASK}@{host}"
+        url = f"{scheme}://{netloc}{slash}{tail}"
+    return mask_text(url)
 
 
 def exec_argv(argv: list[str], env: dict[str, str] | None = None) -> int:
     """Replace this process with argv (signals go straight to it)."""
     os.execve(argv[0], argv, env or dict(os.environ))
     return 0  # not reached
-
-
-def ensure_path(p: Path) -> Path:
-    p.mkdir(parents=True, exist_ok=True)
-    return p

@@ -6,6 +6,10 @@ Order of work in `load_config`:
   3. `${VAR}` / `<VAR>` placeholders expanded in string values
   4. OPENAI_* / ANTHROPIC_* fill `providers` when the file has none
   5. pydantic validation; errors become ConfigError with a dotted key path
+
+`load_client_settings` does steps 1-3 and reads only what a client of a running gateway needs,
+without validating the rest: pydantic and the schema are imported only when a full load (or an
+error report) needs them, since they cost most of `picobot chat -m`'s run.
 """
 
 from __future__ import annotations
@@ -16,14 +20,19 @@ import logging
 import os
 import re
 import types
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Sequence, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Mapping, Sequence, Union, get_args, get_origin
 
 from dotenv import dotenv_values
-from pydantic import BaseModel, ValidationError
 
-from picobot.config.schema import RUNTIME_KEYS, Config, picobot_home
+from picobot.config.home import RUNTIME_KEYS, default_database_url, picobot_home
 from picobot.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from picobot.config.schema import Config
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +258,8 @@ def _unwrap(tp: Any) -> Any:
 
 
 def _child_type(tp: Any, part: str | int) -> Any:
+    from pydantic import BaseModel
+
     tp = _unwrap(tp)
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         for name, field in tp.model_fields.items():
@@ -264,6 +275,10 @@ def _child_type(tp: Any, part: str | int) -> Any:
 
 
 def _known_keys(parent: KeyPath) -> list[str]:
+    from pydantic import BaseModel
+
+    from picobot.config.schema import Config
+
     tp: Any = Config
     for part in parent:
         tp = _child_type(tp, part)
@@ -329,6 +344,10 @@ def _validation_error(
 
 
 def _validate(data: dict[str, Any], file: Path | None, dropped: Mapping[KeyPath, str]) -> Config:
+    from pydantic import ValidationError
+
+    from picobot.config.schema import Config
+
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
@@ -351,17 +370,24 @@ def _reject_runtime_keys(data: Mapping[str, Any], file: Path | None) -> None:
             )
 
 
-def load_config(
+@dataclass
+class Sources:
+    """Steps 1-3 of loading: the environment, the file, and its data with placeholders expanded."""
+
+    home: Path
+    env: Mapping[str, str]
+    file: Path | None
+    data: dict[str, Any]
+    dropped: dict[KeyPath, str]  # members left out because their `<VAR>` is unset
+
+
+def read_sources(
     home: Path | str | None = None,
     environ: Mapping[str, str] | None = None,
     cwd: Path | str | None = None,
     path: Path | str | None = None,
-) -> Config:
-    """Load the effective configuration; raise ConfigError on any problem.
-
-    `environ` defaults to os.environ and is never modified; `.env` files are layered
-    under it. `path` names the file explicitly (it must exist).
-    """
+) -> Sources:
+    """Everything `load_config` does before validation (the parameters are its own)."""
     base_env: Mapping[str, str] = os.environ if environ is None else environ
     home = picobot_home(base_env) if home is None else Path(home).expanduser().absolute()
     cwd = Path.cwd() if cwd is None else Path(cwd)
@@ -374,13 +400,34 @@ def load_config(
         data = expand_placeholders(raw, env, (), dropped)
     except ConfigError as exc:
         raise ConfigError(exc.key_path, exc.reason + _where(file)) from None
-    for where, var in dropped.items():
+    return Sources(home, env, file, data, dropped)
+
+
+def database_url(env: Mapping[str, str], home: Path) -> str:
+    """DATABASE_URL, else SQLite in the home."""
+    return _env(env, "DATABASE_URL") or default_database_url(home)
+
+
+def load_config(
+    home: Path | str | None = None,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    path: Path | str | None = None,
+) -> Config:
+    """Load the effective configuration; raise ConfigError on any problem.
+
+    `environ` defaults to os.environ and is never modified; `.env` files are layered
+    under it. `path` names the file explicitly (it must exist).
+    """
+    src = read_sources(home, environ, cwd, path)
+    for where, var in src.dropped.items():
         log.info("config: %s is unset, so %s is left out", var, format_key_path(where))
-    _apply_env_fallbacks(data, env)
+    data = src.data
+    _apply_env_fallbacks(data, src.env)
     data.update(
-        home=home,
-        config_path=file,
-        database_url=_env(env, "DATABASE_URL") or "",
-        redis_url=_env(env, "REDIS_URL"),
+        home=src.home,
+        config_path=src.file,
+        database_url=database_url(src.env, src.home),
+        redis_url=_env(src.env, "REDIS_URL"),
     )
-    return _validate(data, file, dropped)
+    return _validate(data, src.file, src.dropped)

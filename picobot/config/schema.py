@@ -11,26 +11,20 @@ left out of `model_dump()`.
 
 from __future__ import annotations
 
-import os
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Mapping, Union
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from picobot.config.secrets import masked_value
+from picobot.config.home import RUNTIME_KEYS, default_database_url, picobot_home  # noqa: F401 (re-exported)
+from picobot.config.workspace import choose_workspace
 from picobot.errors import ConfigError
-
-DEFAULT_HOME = "~/.picobot"
-
-
-def picobot_home(environ: Mapping[str, str] | None = None) -> Path:
-    """`$PICOBOT_HOME` or `~/.picobot`, made absolute (the gateway later chdirs)."""
-    env = os.environ if environ is None else environ
-    return Path(env.get("PICOBOT_HOME") or DEFAULT_HOME).expanduser().absolute()
-
+from picobot.security.netpolicy import parse_allow_entry
+from picobot.security.redact import masked_value
 
 def _blank_to_none(value: Any) -> Any:
     # An env var set to "" (common in .env templates) means "not set".
@@ -90,6 +84,22 @@ class AgentConfig(_Section):
 # --- gateway ------------------------------------------------------------------------
 
 
+def _count_not_bool(value: Any) -> Any:
+    if isinstance(value, bool):  # pydantic would read true as 1
+        raise ValueError("must be a whole number (0 = off), not true/false")
+    return value
+
+
+class RateLimitsConfig(_Section):
+    # 0 turns a limit off. Counters live in Redis; when Redis is down nobody is limited.
+    messages_per_chat_per_minute: int = Field(default=30, ge=0)
+    messages_per_device_per_minute: int = Field(default=120, ge=0)
+    new_dialogs_per_chat_per_hour: int = Field(default=60, ge=0)
+    sockets_per_device: int = Field(default=64, ge=0)
+
+    _counts = field_validator("*", mode="before")(_count_not_bool)
+
+
 class GatewayConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=19876, ge=0, le=65535)  # 0 = any free port (tests)
@@ -105,9 +115,21 @@ class GatewayConfig(_Section):
     public_url: str | None = None
     # The web UI, /ws and /api need a paired device (see docs/WEB_UI.md); false only on a trusted network.
     pairing_required: bool = True
+    rate_limits: RateLimitsConfig = Field(default_factory=RateLimitsConfig)
+    # Reverse proxies in front of PicoBot (hops whose X-Forwarded-* headers are trusted); 0 = none:
+    # the headers are ignored and the peer address is the client's.
+    trusted_proxies: int = Field(default=0, ge=0, le=8)
+    # Decoded bytes of all `data:` images in one message (they do not count as characters).
+    max_image_bytes: int = Field(default=5 * 1024 * 1024, gt=0)
+    # A socket whose client stops reading is dropped (close 1013) when this many frames or bytes
+    # wait for it, or when it takes no data for ws_send_timeout_secs; other sockets never wait.
+    ws_send_queue_frames: int = Field(default=256, ge=2)
+    ws_send_queue_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    ws_send_timeout_secs: float = Field(default=10.0, gt=0)
 
     _blank = field_validator("public_url", mode="before")(_blank_to_none)
     _url = field_validator("public_url")(_check_http_url)
+    _hops = field_validator("trusted_proxies", mode="before")(_count_not_bool)
 
 
 # --- scheduler ----------------------------------------------------------------------
@@ -283,6 +305,10 @@ class McpServerConfig(_Section):
     command: str | None = None
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None  # stdio: working directory, relative to the tool workspace (default: the workspace)
+    # Seconds for each tool call, and for connecting (start, initialize, list tools).
+    timeout: float = Field(default=60.0, gt=0, le=3600)
+    connect_timeout: float = Field(default=30.0, gt=0, le=600, alias="connectTimeout")
     base_url: str | None = Field(
         default=None,
         alias="baseUrl",
@@ -313,15 +339,69 @@ class McpServerConfig(_Section):
         return self
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class BashConfig(_Section):
+    # auto: bubblewrap when installed and working here, else none; bwrap: required; none: plain bash.
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    # Variables `bash` gets beyond the harmless allowlist: a list of names passed through from
+    # PicoBot's environment, or NAME -> value (null = pass that name through).
+    env: dict[str, str | None] = Field(default_factory=dict)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _names_or_mapping(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not all(isinstance(name, str) for name in value):
+                raise ValueError("a list here holds variable names (strings)")
+            return {name: None for name in value}
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _valid_names(cls, value: dict[str, str | None]) -> dict[str, str | None]:
+        for name, text in value.items():
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name[:40]!r} is not a variable name (letters, digits, _; not starting with a digit)")
+            if text is not None and "\x00" in text:
+                raise ValueError(f"the value of {name} contains a NUL character")
+        return value
+
+
+def _check_allow_entry(value: str) -> str:
+    parse_allow_entry(value)  # raises ValueError saying what is wrong with the entry
+    return value
+
+
+class NetworkConfig(_Section):
+    # Hosts (exact or *.example.com), addresses and CIDRs the URL-fetching tools and bash's
+    # proxy may reach even though they are loopback, private, link-local, ... (see netpolicy).
+    allow: list[Annotated[str, AfterValidator(_check_allow_entry)]] = Field(default_factory=list)
+
+
 class ToolsConfig(_Section):
     disabled: list[str] = Field(default_factory=list)
-    # Relative paths are relative to the PicoBot home, so the default follows
-    # $PICOBOT_HOME (~/.picobot/workspace when it is unset).
-    workspace: str = "workspace"
+    # Unset: $PICOBOT_WORKSPACE, else `<home>-workspace` beside the home (see config/workspace.py).
+    # A relative path is relative to the PicoBot home.
+    workspace: str | None = None
+    # Each chat gets `<workspace>/<channel>/<chat id>/` and its tools are confined to it.
+    workspace_per_chat: bool = False
+    bash: BashConfig = Field(default_factory=BashConfig)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
     bash_timeout_secs: float = Field(default=60.0, gt=0)
     bash_output_max_chars: int = Field(default=20000, gt=0)
     http_max_chars: int = Field(default=20000, gt=0)
     web_fetch_max_chars: int = Field(default=50000, gt=0)
+    # Tool calls of one model response run at once up to this many; the rest wait their turn.
+    max_parallel: int = Field(default=8, ge=1, le=64)
+
+    @field_validator("max_parallel", mode="before")
+    @classmethod
+    def _not_a_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # pydantic would read true as 1
+            raise ValueError("must be a whole number from 1 to 64, not true/false")
+        return value
 
 
 class TimeConfig(_Section):
@@ -384,7 +464,7 @@ class Config(_Section):
     @model_validator(mode="after")
     def _complete(self) -> Config:
         if not self.database_url:
-            self.database_url = f"sqlite:///{self.home / 'data' / 'picobot.db'}"
+            self.database_url = default_database_url(self.home)
         for key, channel in self.channels.items():
             channel.type = channel.type or key
         self._localise_at_times()
@@ -455,10 +535,6 @@ class Config(_Section):
         return bool(provider and (provider.api_key or provider.base_url))
 
     def workspace_path(self) -> Path:
-        """The file and shell tools' workspace, absolute."""
-        path = Path(self.tools.workspace).expanduser()
-        return path if path.is_absolute() else self.home / path
+        """The file and shell tools' workspace, absolute (see config/workspace.py for the default)."""
+        return choose_workspace(self.home, self.tools.workspace).path
 
-
-# Keys of Config that the loader computes; a config file may not set them.
-RUNTIME_KEYS = ("home", "config_path", "database_url", "redis_url")

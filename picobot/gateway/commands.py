@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Callable
 
 from picobot.domain.messages import text_of
 from picobot.gateway.inbound import InboundMessage, Reply
+from picobot.gateway.limits import RateLimits
 from picobot.runtime import control
 from picobot.runtime.health import check_health
 from picobot.storage import inbound, messages, sessions, turns
 from picobot.storage.models import SessionRow
 
 if TYPE_CHECKING:
-    from picobot.gateway.intake import Gateway
     from picobot.runtime.services import Runtime
 
 HELP = """Commands:
@@ -28,6 +28,7 @@ HELP = """Commands:
   /info [--json]        dialog, token totals and context-window use
   /dump                 the current dialog as Markdown
   /health               check PicoBot's dependencies
+  /mcp                  MCP servers: state, tool count, last error
   /queue <message>      run the message after the current turn
   /stop                 stop the current turn and clear waiting input
   /help, /?             this help"""
@@ -36,8 +37,10 @@ HELP = """Commands:
 @dataclass
 class CommandContext:
     rt: "Runtime"
-    gateway: "Gateway"
+    # how /queue hands its message back to the gateway (a callable, so this module needs no Gateway)
+    submit: Callable[[InboundMessage], Reply]
     msg: InboundMessage
+    limits: RateLimits | None = None
 
 
 Handler = Callable[[CommandContext, str], Reply]
@@ -71,6 +74,10 @@ def _describe(row: SessionRow) -> dict:
 
 
 def cmd_new(ctx: CommandContext, arg: str) -> Reply:
+    limited = ctx.limits.new_dialog(f"{ctx.msg.channel}:{ctx.msg.chat_id}") if ctx.limits else None
+    if limited is not None:
+        return Reply("rejected", fate="rejected", code="rate_limited", text=limited.text,
+                     retry_after=limited.retry_after)
     with ctx.rt.db.write() as s:
         row = sessions.create(s, ctx.msg.channel, ctx.msg.chat_id, title=arg[:256])
         info = _describe(row)
@@ -199,12 +206,19 @@ def cmd_health(ctx: CommandContext, arg: str) -> Reply:
     return Reply("command", data=report, text=f"PicoBot is {report['status']}\n" + "\n".join(lines))
 
 
+def cmd_mcp(ctx: CommandContext, arg: str) -> Reply:
+    from picobot.mcp import status
+
+    servers = status.summary(ctx.rt.config, status.read(ctx.rt.redis))
+    return Reply("command", data={"servers": servers}, text=status.text(servers))
+
+
 def cmd_queue(ctx: CommandContext, arg: str) -> Reply:
     if not arg:
         return Reply("command", code="usage", text="Usage: /queue <message>")
     msg = InboundMessage(ctx.msg.channel, ctx.msg.chat_id, ctx.msg.sender_id, arg,
                          ctx.msg.platform_message_id, mode="queue")
-    return ctx.gateway.submit(msg) if not is_command(arg) else Reply(
+    return ctx.submit(msg) if not is_command(arg) else Reply(
         "command", code="usage", text="/queue takes a message, not a command.")
 
 
@@ -225,5 +239,5 @@ COMMANDS: dict[str, Handler] = {
     "/new": cmd_new, "/sessions": cmd_sessions, "/switch": cmd_switch, "/use": cmd_switch,
     "/rename": cmd_rename, "/archive": cmd_archive, "/delete": cmd_delete, "/info": cmd_info,
     "/dump": cmd_dump, "/help": cmd_help, "/?": cmd_help, "/health": cmd_health, "/queue": cmd_queue,
-    "/stop": cmd_stop,
+    "/stop": cmd_stop, "/mcp": cmd_mcp,
 }

@@ -35,10 +35,11 @@ class Reply:
     text: str = ""
     data: dict[str, Any] | None = None
     session_changed: bool = False
+    retry_after: int | None = None  # seconds, with code "rate_limited"
 
     def to_frame(self) -> dict[str, Any]:
         frame: dict[str, Any] = {"type": self.kind}
-        for key in ("session_id", "seq", "fate", "code", "data"):
+        for key in ("session_id", "seq", "fate", "code", "retry_after", "data"):
             value = getattr(self, key)
             if value is not None:
                 frame[key] = value

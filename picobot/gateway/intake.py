@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from picobot.domain.messages import Content
+from picobot.domain.text import repair_content
+from picobot.gateway.blocks import BadBlock, measure_blocks
 from picobot.gateway.commands import CommandContext, handle_command, is_command
 from picobot.gateway.inbound import InboundMessage, Reply
+from picobot.gateway.limits import RateLimits
 from picobot.runtime.services import Runtime
 from picobot.storage import inbound, sessions
 from picobot.storage.models import MODE_QUEUE, MODE_STEER
@@ -18,17 +22,26 @@ MAX_BLOCKS = 32
 
 
 class Gateway:
-    def __init__(self, rt: Runtime):
+    def __init__(self, rt: Runtime, limits: RateLimits | None = None):
         self.rt = rt
+        # one RateLimits per process is best (it logs a Redis outage once); a private one works too
+        self.limits = limits or RateLimits(rt.redis, rt.config.gateway.rate_limits)
 
     def submit(self, msg: InboundMessage) -> Reply:
+        msg = repaired(msg)
         if isinstance(msg.content, str) and is_command(msg.content):
-            return handle_command(CommandContext(self.rt, self, msg), msg.content.strip())
+            return handle_command(CommandContext(self.rt, self.submit, msg, self.limits), msg.content.strip())
         problem = self._check(msg.content)
         if problem:
             code, text = problem
             log.info("rejected input from %s:%s: %s", msg.channel, msg.chat_id, code)
             return Reply("rejected", fate="rejected", code=code, text=text)
+        # after the content checks (a malformed frame costs no budget), before anything is stored
+        limited = self.limits.message(f"{msg.channel}:{msg.chat_id}", msg.metadata.get("device"))
+        if limited is not None:
+            log.info("rate limited input from %s:%s", msg.channel, msg.chat_id)
+            return Reply("rejected", fate="rejected", code="rate_limited", text=limited.text,
+                         retry_after=limited.retry_after)
         return self.accept(msg)
 
     def accept(self, msg: InboundMessage) -> Reply:
@@ -64,17 +77,25 @@ class Gateway:
         else:
             if not content or len(content) > MAX_BLOCKS:
                 return "bad_content", f"A message needs 1 to {MAX_BLOCKS} content blocks."
-            text_len = 0
-            for block in content:
-                kind = block.get("type") if isinstance(block, dict) else None
-                if kind == "text" and isinstance(block.get("text"), str):
-                    text_len += len(block["text"])
-                elif kind == "image_url" and isinstance(block.get("url"), str):
-                    text_len += 0 if block["url"].startswith("data:") else len(block["url"])
-                else:
-                    return "bad_content", ("Each content block must be {\"type\": \"text\", \"text\": ...} "
-                                           "or {\"type\": \"image_url\", \"url\": ...}.")
+            try:
+                text_len, image_bytes = measure_blocks(content)
+            except BadBlock as exc:
+                return "bad_content", str(exc)
+            image_limit = self.rt.config.gateway.max_image_bytes
+            if image_bytes > image_limit:
+                return "too_large", (f"The message's data: images hold {image_bytes} bytes; the limit is "
+                                     f"{image_limit} (gateway.max_image_bytes). Send smaller images or https:// URLs.")
         if text_len > limit:
             return "too_large", (f"The message has {text_len} characters; the limit is {limit} "
                                  "(gateway.max_message_chars).")
         return None
+
+
+def repaired(msg: InboundMessage) -> InboundMessage:
+    """The message with text no provider, Redis or SQL could encode (lone surrogates, NUL) replaced.
+
+    Repaired rather than rejected: a browser sends such text after a bad paste or a split emoji,
+    and the rest of the message is worth answering. Everything stored as text is covered.
+    """
+    return replace(msg, content=repair_content(msg.content), chat_id=repair_content(msg.chat_id),
+                   sender_id=repair_content(msg.sender_id), platform_message_id=repair_content(msg.platform_message_id))

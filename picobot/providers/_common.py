@@ -28,19 +28,13 @@ from picobot.errors import (
     ProviderUnavailable,
 )
 from picobot.providers.base import Completed, ProviderEvent
+from picobot.security.redact import header_secrets, redact
 from picobot.threadpool import pool, watchdog
 
 log = logging.getLogger("picobot.providers")
 
 NO_KEY = "no-key"  # sent when no key is configured, so the SDKs never read keys from the environment
 REDACTED = "[redacted]"
-_SENSITIVE_HEADER = re.compile(r"auth|key|token|secret|cookie|signature", re.I)
-_HEADER_VALUE = re.compile(
-    r"(?i)((?:authorization|proxy-authorization|x-api-key|api[-_]?key|access[-_]?token)[\"']?\s*[:=]\s*[\"']?)"
-    r"(?:(bearer|basic)\s+)?[^\s\"',}]+"
-)
-_BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}")
-_KEY_SHAPED = re.compile(r"\bsk-[A-Za-z0-9_-]{12,}")
 _OVERFLOW_PHRASES = (
     "context_length_exceeded", "maximum context length", "context window", "prompt is too long",
     "input is too long", "reduce the length of the messages", "model_context_window_exceeded",
@@ -52,25 +46,19 @@ _OVERFLOW_PHRASES = (
 
 @dataclass
 class Redactor:
-    """Removes configured secrets and anything shaped like an auth header or key from text."""
+    """Removes the provider's key, its credential headers and anything shaped like a credential."""
 
     secrets: list[str] = field(default_factory=list)
 
     @classmethod
     def for_config(cls, api_key: str | None, extra_headers: Mapping[str, str] | None) -> Redactor:
-        secrets = [api_key] if api_key else []
-        for name, value in (extra_headers or {}).items():
-            if _SENSITIVE_HEADER.search(name) and value:
-                secrets.append(value)
-                secrets.extend(part for part in value.split() if len(part) >= 8)
-        return cls(sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True))
+        secrets = header_secrets(extra_headers or {})
+        if api_key:
+            secrets.add(api_key)
+        return cls(sorted(secrets, key=len, reverse=True))
 
     def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, REDACTED)
-        text = _HEADER_VALUE.sub(lambda m: m.group(1) + (m.group(2) + " " if m.group(2) else "") + REDACTED, text)
-        text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-        return _KEY_SHAPED.sub(REDACTED, text)
+        return redact(text, self.secrets, mask=REDACTED)
 
 
 # --- errors -----------------------------------------------------------------------

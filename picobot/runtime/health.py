@@ -27,6 +27,8 @@ def check_health(rt: "Runtime") -> dict[str, Any]:
         "workers": _check(lambda: _workers(rt)),
         "beat": _check(lambda: _beat(rt)),
         "provider": _check(lambda: _provider(rt)),
+        "sandbox": _check(lambda: _sandbox(rt)),
+        "mcp": _check(lambda: _mcp(rt)),
     }
     ok = all(c["ok"] for c in checks.values())
     return {"status": "ok" if ok else "degraded", "checks": checks, "time": time.time()}
@@ -66,3 +68,19 @@ def _provider(rt: "Runtime") -> dict[str, Any]:
     resolved = rt.config.agent("default")
     return {"ok": True, "configured": True,
             "detail": f"{resolved.provider.type} model {resolved.model.model_id}"}
+
+
+def _sandbox(rt: "Runtime") -> dict[str, Any]:
+    from picobot.runtime.heartbeat import worker_facts
+    from picobot.runtime.tool_safety import sandbox_check
+    from picobot.security.sandbox import sandbox_status
+
+    reports = worker_facts(rt.redis, "sandbox")
+    # Probing here (once per process) only when no worker said what it runs with.
+    return sandbox_check(reports, None if reports else sandbox_status(rt.config.tools.bash.sandbox))
+
+
+def _mcp(rt: "Runtime") -> dict[str, Any]:
+    from picobot.mcp.status import health
+
+    return health(rt.config, rt.redis)

@@ -21,4 +21,5 @@ def events(session_id: str) -> str:
 EVENTS_PATTERN = "picobot:events:*"
 CONTROL_CHANNEL = "picobot:control"
 WORKER_PREFIX = "picobot:worker:"
+MCP_PREFIX = "picobot:mcp:"  # + worker name: a hash of that worker's MCP server states
 SWEEP_LAST = "picobot:sweep:last"

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import redis
 
+from picobot.domain.text import repair_text
 from picobot.runtime import keys
 
 log = logging.getLogger("picobot.events")
@@ -41,7 +42,8 @@ class EventPublisher:
             pipe = self.r.pipeline(transaction=False)
             for event in events:
                 sid = event["session_id"]
-                data = json.dumps(event, ensure_ascii=False, default=str)
+                # a lone surrogate (from a model's reply, say) would make Redis refuse the whole batch
+                data = repair_text(json.dumps(event, ensure_ascii=False, default=str))
                 if event.get("type") == "turn_updated":
                     pipe.set(keys.snapshot(sid), data, ex=SNAPSHOT_TTL_SECS)
                 elif event.get("type") == "turn_completed":

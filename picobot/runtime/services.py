@@ -7,7 +7,7 @@ import socket
 import threading
 from functools import cached_property
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 
@@ -19,6 +19,11 @@ from picobot.runtime.publisher import EventPublisher
 from picobot.storage.db import Database
 from picobot.runtime.history_cache import HistoryCache
 from picobot.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from picobot.mcp import McpManager
+    from picobot.skills import SkillCatalog
+    from picobot.tools.base import Tool
 
 
 class TaskQueue(Protocol):
@@ -41,6 +46,7 @@ class Runtime:
     worker_name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     _providers: dict[str, Provider] = field(default_factory=dict)
     _tools: ToolRegistry | None = None
+    _mcp: McpManager | None = None  # MCP servers of this process, started with the tools
     _publisher: EventPublisher | None = None
     _supervisor: TurnSupervisor | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -92,16 +98,53 @@ class Runtime:
             if self._tools is None:
                 from picobot.tools import build_registry
 
-                self._tools = build_registry(disabled=self.config.tools.disabled)
+                from picobot.mcp import start_mcp
+
+                self._tools = build_registry(disabled=self.config.tools.disabled, extra=self._extra_tools())
+                # connects in the background; each server's tools join the registry when it is up
+                self._mcp = start_mcp(self.config, self._tools)
             return self._tools
+
+    def mcp_statuses(self) -> list[dict[str, Any]]:
+        """State of each MCP server in this process (empty until the tools were built)."""
+        with self._lock:
+            mcp = self._mcp
+        return mcp.statuses() if mcp is not None else []
+
+    def _extra_tools(self) -> list[Tool]:
+        if self.skills is None:
+            return []
+        from picobot.skills.events import SkillEvents
+        from picobot.tools.skills import skill_tools
+
+        return skill_tools(self.skills, SkillEvents(self.db))
+
+    @cached_property
+    def skills(self) -> "SkillCatalog | None":
+        """The skill catalog of this home and workspace; None when `skills.enabled` is false."""
+        if not self.config.skills.enabled:
+            return None
+        from picobot.skills import SkillCatalog, SkillPaths
+
+        return SkillCatalog(SkillPaths.from_config(self.config), self.config.skills)
+
+    def skill_index(self) -> str:
+        """The skill index for a turn's prompt; "" when skills are off or skill_activate is disabled."""
+        if self.skills is None or "skill_activate" not in self.tools():
+            return ""
+        return self.skills.index_text()
 
     def close(self) -> None:
         """Stop the runtime's threads and connections (for a runtime built in process, e.g. tests)."""
         with self._lock:
             supervisor, self._supervisor = self._supervisor, None
+            mcp, self._mcp = self._mcp, None
         if supervisor is not None:
             supervisor.close()
+        if mcp is not None:
+            mcp.close()
         self.db.dispose()
+        self.redis.close()  # the client owns its pool (from_url): this closes its connections
 
 
 def build_runtime(config: Config, queue: TaskQueue, migrate: bool = False) -> Runtime:

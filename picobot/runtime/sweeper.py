@@ -11,16 +11,16 @@ from __future__ import annotations
 import logging
 import time
 
-from picobot.domain.messages import MARKER_TURN_ERROR, ChatMessage
 from picobot.runtime import keys
+from picobot.runtime.attempts import give_back
 from picobot.runtime.heartbeat import worker_turns
 from picobot.runtime.lease import Lease, is_held
 from picobot.runtime.services import Runtime
-from picobot.storage import inbound, messages, turns
-from picobot.storage.models import INBOUND_FAILED, TURN_INTERRUPTED
+from picobot.storage import inbound, turns
 
 log = logging.getLogger("picobot.sweeper")
 
+DEAD_WORKER = "the worker running it stopped"
 GRACE_SECS = 2.5  # a live worker re-takes a lost lease within ~1 s and re-beats within 2 s
 
 
@@ -61,32 +61,17 @@ def _still_running(rt: Runtime, worker: str, turn_id: str, started_at: float) ->
 
 
 def _interrupt_dead_turns(rt: Runtime, session_id: str) -> int:
-    max_attempts = rt.config.gateway.max_turn_attempts
+    with rt.db.read() as s:
+        running = [(t.id, t.worker, t.started_at) for t in turns.running(s, session_id)]
     count = 0
-    failed: list[tuple[str, list[int]]] = []
-    with rt.db.write() as s:
-        for turn in turns.running(s, session_id):
-            if _still_running(rt, turn.worker, turn.id, turn.started_at):
-                continue  # a live worker re-takes a lease it lost (slow renewal, Redis restart)
+    for turn_id, worker, started_at in running:
+        if _still_running(rt, worker, turn_id, started_at):
+            continue  # a live worker re-takes a lease it lost (slow renewal, Redis restart)
+        with rt.db.begin() as conn:
+            if not turns.interrupt(conn, turn_id, DEAD_WORKER):
+                continue  # it finished meanwhile
             count += 1
-            turn.status = TURN_INTERRUPTED
-            turn.finished_at = time.time()
-            turn.error = "the worker running this turn stopped"
-            conn = s.connection()
-            rows = inbound.claimed_by(conn, turn.id)
-            if rows and max(r.attempts for r in rows) >= max_attempts:
-                inbound.set_status(conn, [r.id for r in rows], INBOUND_FAILED)
-                note = (f"⚠ Your message could not be answered: the worker running it stopped "
-                        f"{max(r.attempts for r in rows)} time(s). Please send it again.")
-                messages.append(conn, session_id, turn.id, [ChatMessage(role="user", content=r.content) for r in rows]
-                                + [ChatMessage(role="assistant", content=note, marker=MARKER_TURN_ERROR)])
-                failed.append((turn.id, [r.seq for r in rows]))
-            else:
-                inbound.release_claims(conn, turn.id)
-    for turn_id, seqs in failed:
-        rt.publisher.publish({
-            "type": "turn_completed", "session_id": session_id, "turn_id": turn_id, "status": "failed",
-            "final_text": "", "error": "The worker running this turn stopped; the message was not answered.",
-            "inbound_seqs": seqs, "usage": {"input_tokens": 0, "output_tokens": 0},
-        })
+            ended = give_back(conn, session_id, turn_id, rt.config.gateway.max_turn_attempts, DEAD_WORKER)
+        if ended:
+            rt.publisher.publish(ended)
     return count

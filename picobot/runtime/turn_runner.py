@@ -10,13 +10,16 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from picobot.agent.context import agent_prompt, needs_agent_prompt, runtime_note
 from picobot.agent.loop import AgentLoop, LoopResult, LoopSettings
 from picobot.agent.snapshot import TurnController
+from picobot.config.workspace import chat_workspace
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import MARKER_TURN_ERROR, MARKER_TURN_STOPPED, ChatMessage, Usage
 from picobot.errors import ConfigError
+from picobot.runtime import attempts
 from picobot.runtime.lease import Lease
 from picobot.runtime.services import Runtime
 from picobot.runtime.session_messages import SessionMessenger
@@ -26,7 +29,8 @@ from picobot.tools.base import ToolContext
 
 log = logging.getLogger("picobot.turns")
 
-HIDDEN_FROM_MODEL = {MARKER_TURN_ERROR, MARKER_TURN_STOPPED}
+INTERRUPTED_TEXT = "This turn was interrupted; its messages will be answered by a new turn."
+HIDDEN_FROM_MODEL = {MARKER_TURN_ERROR, MARKER_TURN_STOPPED, attempts.MARKER_FAILED_INPUT}
 
 
 def drain_session(rt: Runtime, session_id: str) -> int:
@@ -104,9 +108,12 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> "bool | object
     rt.track_turn(claimed.turn_id, True)
     try:
         return _run_claimed(rt, session_id, lease, claimed)
-    except Exception:
-        log.exception("turn %s could not be finished; its input goes back to the queue", claimed.turn_id)
-        _abandon(rt, claimed.turn_id)
+    except Exception as exc:  # not even a failed turn could be recorded: try the input again, boundedly
+        log.exception("turn %s could not be finished", claimed.turn_id)
+        why = f"the turn failed inside the worker ({type(exc).__name__})"
+        event = _abandon(rt, session_id, claimed.turn_id, why)
+        if event is not None:
+            rt.publisher.finish(f"{session_id}#{claimed.turn_id}", event)
         return _LEAVE
     finally:
         rt.track_turn(claimed.turn_id, False)
@@ -128,7 +135,10 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
         rt.supervisor.unwatch(claimed.turn_id)
     if watched.lost:
         log.warning("turn %s lost its lease; its input will be re-run", claimed.turn_id)
-        _abandon(rt, claimed.turn_id)
+        event = _abandon(rt, session_id, claimed.turn_id, "the turn lost its session lease")
+        if event is not None and event["status"] == "failed":  # that was its last attempt
+            rt.publisher.finish(turn_key, event)
+            return False
         committed = False
     else:
         committed = _commit(rt, claimed, session_id, result)
@@ -138,7 +148,7 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
     rt.publisher.finish(turn_key, {
         "type": "turn_completed", "session_id": session_id, "turn_id": claimed.turn_id, "status": status,
         "final_text": result.final_text if committed else "", "error": result.error if committed else
-        "This turn was interrupted; its messages will be answered by a new turn.",
+        INTERRUPTED_TEXT,
         # an interrupted turn answers nothing: its input goes back to the queue and is re-run
         "inbound_seqs": seqs if committed else [],
         "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
@@ -146,11 +156,24 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
     return committed
 
 
-def _abandon(rt: Runtime, turn_id: str) -> None:
-    """Give a turn's input back to the queue without storing anything of the turn."""
+def _abandon(rt: Runtime, session_id: str, turn_id: str, why: str) -> dict[str, Any] | None:
+    """Store nothing of the turn; its input goes back to the queue, or ends failed after its last attempt.
+
+    Returns the `turn_completed` event for the caller to publish (status `failed` when the input
+    ended, else `interrupted`), or None when the turn was no longer this worker's to give back.
+    """
     with rt.db.begin() as conn:
-        if turns.interrupt(conn, turn_id, "the turn lost its session lease"):
-            inbound.release_claims(conn, turn_id)
+        if not turns.interrupt(conn, turn_id, why):
+            return None  # finished or declared dead already
+        ended = attempts.give_back(conn, session_id, turn_id, rt.config.gateway.max_turn_attempts, why)
+    return ended or _interrupted(session_id, turn_id)
+
+
+def _interrupted(session_id: str, turn_id: str) -> dict[str, Any]:
+    # answers nothing: the input is back in the queue and a later turn answers it
+    return {"type": "turn_completed", "session_id": session_id, "turn_id": turn_id, "status": "interrupted",
+            "final_text": "", "error": INTERRUPTED_TEXT, "inbound_seqs": [],
+            "usage": {"input_tokens": 0, "output_tokens": 0}}
 
 
 def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnController,
@@ -180,8 +203,11 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
         tool_result_max_chars=resolved.agent.tool_result_max_chars,
         context_tool_result_trim_chars=resolved.agent.context_tool_result_trim_chars,
         idle_timeout_secs=resolved.provider.llm_timeout_secs + 5,
+        max_parallel_tools=cfg.tools.max_parallel,
     )
     workspace = cfg.workspace_path()
+    if cfg.tools.workspace_per_chat:
+        workspace = chat_workspace(workspace, claimed.channel, claimed.chat_id)
     workspace.mkdir(parents=True, exist_ok=True)
     ctx = ToolContext(
         session_id=session_id, channel=claimed.channel, chat_id=claimed.chat_id,
@@ -189,7 +215,7 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
         timezone=cfg.time.timezone, send_message=SessionMessenger(rt, session_id, claimed.channel, claimed.chat_id),
         settings=cfg.tools.model_dump(), secrets=rt.secrets,
     )
-    history = [runtime_note(cfg.time.timezone, claimed.channel, workspace)] + claimed.history
+    history = [runtime_note(cfg.time.timezone, claimed.channel, workspace, rt.skill_index())] + claimed.history
 
     def steer() -> list[ChatMessage]:
         return _drain_steer(rt, session_id, claimed.turn_id, controller)

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
+from picobot.domain.text import repair_content, sendable_content
 from picobot.storage.models import (
     INBOUND_CANCELLED, INBOUND_CLAIMED, INBOUND_DONE, INBOUND_PENDING, MODE_QUEUE, MODE_STEER, TURN_RUNNING,
     InboundRow, SessionRow, TurnRow,
 )
+from picobot.storage.upsert import InsertIfAbsent
 
 MAX_CLAIM = 64  # inputs one turn takes at most (the per-session pending limit)
 
@@ -57,6 +58,7 @@ _BY_PLATFORM_ID = select(_i.c.id, _i.c.seq).where(_i.c.channel == bindparam("cha
 _NEXT_SEQ = (update(_s).where(_s.c.id == bindparam("sid"))
              .values(next_seq=_s.c.next_seq + 1, updated_at=bindparam("now")).returning(_s.c.next_seq))
 _INSERT = insert(_i).returning(_i.c.id)
+_INSERT_IF_NEW = InsertIfAbsent(_i, ["channel", "platform_message_id"])
 _PENDING_ROWS = (select(_i.c.id, _i.c.seq, _i.c.mode, _i.c.content, _i.c.sender_id, _i.c.attempts)
                  .where(_IS_PENDING).order_by(_i.c.seq).limit(MAX_CLAIM))
 _PENDING_STEER_ROWS = (select(_i.c.id, _i.c.seq, _i.c.mode, _i.c.content, _i.c.sender_id, _i.c.attempts)
@@ -91,10 +93,9 @@ def enqueue(
               "attempts": 0, "created_at": now}
     if not platform_message_id:
         return Queued(conn.execute(_INSERT, values).scalar_one(), seq), True
-    try:
-        with conn.begin_nested():  # a concurrent duplicate of the same platform event loses here
-            row_id = conn.execute(_INSERT, values).scalar_one()
-    except IntegrityError:
+    # a concurrent duplicate of the same platform event waits for the first one's commit, then yields
+    row_id = _INSERT_IF_NEW.run(conn, values)
+    if row_id is None:
         existing = conn.execute(_BY_PLATFORM_ID, {"channel": channel, "pmid": platform_message_id}).one()
         return Queued(existing.id, existing.seq), False
     return Queued(row_id, seq), True
@@ -107,7 +108,10 @@ def intake_state(conn: Connection, session_id: str) -> tuple[int, bool]:
 
 
 def _inputs(rows: Any, bump: int) -> list[Input]:
-    return [Input(r.id, r.seq, r.mode, r.content, r.sender_id, r.attempts + bump) for r in rows]
+    # Content is made sendable here, not only at intake: a row stored by an older version (or
+    # written by hand) must not be able to break every turn of its dialog.
+    return [Input(r.id, r.seq, r.mode, sendable_content(r.content), repair_content(r.sender_id),
+                  r.attempts + bump) for r in rows]
 
 
 def _take(conn: Connection, taken: list[Input], turn_id: str) -> list[Input]:

@@ -15,15 +15,6 @@ from picobot.storage.models import MessageRow, SessionRow
 REPAIR_TEXT = "[interrupted] This tool call has no result: the run stopped before it finished."
 
 
-def to_message(row: MessageRow) -> ChatMessage:
-    return ChatMessage(
-        role=row.role, content=row.content if row.content is not None else "",
-        tool_calls=[ToolCall.from_dict(c) for c in row.tool_calls or []], tool_call_id=row.tool_call_id,
-        name=row.name, reasoning_content=row.reasoning_content, provider_state=row.provider_state,
-        marker=row.marker, is_error=bool(row.is_error),
-    )
-
-
 _m = MessageRow.__table__
 _INSERT = insert(_m)
 _HISTORY = (select(_m.c.role, _m.c.content, _m.c.tool_calls, _m.c.tool_call_id, _m.c.name, _m.c.reasoning_content,

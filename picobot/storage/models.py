@@ -179,3 +179,19 @@ class DeviceTokenRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class SkillEventRow(Base):
+    """What happened to a skill (activated, created, updated, deleted, disabled, enabled), and by whom."""
+
+    __tablename__ = "skill_events"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    skill: Mapped[str] = mapped_column(String(64))
+    event: Mapped[str] = mapped_column(String(16))
+    session_id: Mapped[str | None] = mapped_column(String(512), nullable=True)  # None: the web page
+    via: Mapped[str] = mapped_column(String(16), default="tool")  # tool | web
+    scope: Mapped[str] = mapped_column(String(32), default="")  # the source or scope it concerned
+    created_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_skill_events_skill", "skill", "id"),)

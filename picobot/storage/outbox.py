@@ -9,16 +9,21 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from picobot.storage.models import OutboxRow
+from picobot.storage.upsert import InsertIfAbsent
+
+# A turn run twice (a worker died after committing) records each delivery once: first one wins.
+_ADD = InsertIfAbsent(OutboxRow.__table__, ["idempotency_key"])
 
 
 def add(s: Session, channel: str, chat_id: str, payload: dict[str, Any], idempotency_key: str,
-        session_id: str | None = None, turn_id: str | None = None, kind: str = "message") -> OutboxRow:
-    row = OutboxRow(
-        channel=channel, chat_id=chat_id, session_id=session_id, turn_id=turn_id, kind=kind, payload=payload,
-        idempotency_key=idempotency_key, status="pending", attempts=0, created_at=time.time(),
-    )
-    s.add(row)
-    return row
+        session_id: str | None = None, turn_id: str | None = None, kind: str = "message") -> bool:
+    """Record a delivery; False when one with this idempotency key is recorded already."""
+    row_id = _ADD.run(s.connection(), {
+        "channel": channel, "chat_id": chat_id, "session_id": session_id, "turn_id": turn_id, "kind": kind,
+        "payload": payload, "idempotency_key": idempotency_key, "status": "pending", "attempts": 0,
+        "created_at": time.time(),
+    })
+    return row_id is not None
 
 
 def pending(s: Session, channel: str | None = None, limit: int = 100) -> list[OutboxRow]:

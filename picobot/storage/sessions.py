@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from picobot.domain.messages import Usage
 from picobot.storage.models import TURN_RUNNING, ChatScopeRow, SessionRow, TurnRow
+from picobot.storage.upsert import InsertIfAbsent, Upsert
 
 DEFAULT_DIALOG = "default"
 
@@ -91,29 +92,39 @@ def _live(row: SessionRow | None) -> bool:
     return row is not None and row.deleted_at is None and row.archived_at is None
 
 
+# Race-free on PostgreSQL too: sockets opening the same new chat at once all insert its first
+# dialog, one wins and the others read its row (see storage/upsert.py).
+_INSERT_DIALOG = InsertIfAbsent(_s, ["id"])
+_SET_CURRENT = Upsert(_scope, ["scope"], ["current_session_id", "updated_at"])
+
+
 def set_current(s: Session, row: SessionRow) -> None:
+    _SET_CURRENT.run(s.connection(), {"scope": row.scope, "current_session_id": row.id, "updated_at": time.time()})
+
+
+def _insert_dialog(s: Session, channel: str, chat_id: str, dialog: str, title: str, agent: str) -> SessionRow | None:
+    """The new dialog's row, or None when a dialog with that id exists already."""
     now = time.time()
-    scope = s.get(ChatScopeRow, row.scope)
-    if scope is None:
-        s.add(ChatScopeRow(scope=row.scope, current_session_id=row.id, updated_at=now))
-    else:
-        scope.current_session_id = row.id
-        scope.updated_at = now
+    sid = session_id_of(channel, chat_id, dialog)
+    if _INSERT_DIALOG.run(s.connection(), {
+        "id": sid, "channel": channel, "chat_id": chat_id, "dialog_id": dialog, "title": title, "agent": agent,
+        "created_at": now, "updated_at": now, "input_tokens": 0, "output_tokens": 0, "last_input_tokens": 0,
+        "next_seq": 0, "next_position": 0, "user_turns": 0,
+    }) is None:
+        return None
+    return s.get(SessionRow, sid)
+
+
+def _reload(s: Session, session_id: str) -> SessionRow | None:
+    # populate_existing: the row another transaction just committed, not a stale copy of it
+    return s.get(SessionRow, session_id, populate_existing=True)
 
 
 def create(s: Session, channel: str, chat_id: str, title: str = "", agent: str = "default") -> SessionRow:
-    """A new dialog for the chat, made current."""
-    dialog = DEFAULT_DIALOG
-    if s.get(SessionRow, session_id_of(channel, chat_id, dialog)) is not None:
-        dialog = "d_" + secrets.token_hex(4)
-    now = time.time()
-    row = SessionRow(
-        id=session_id_of(channel, chat_id, dialog), channel=channel, chat_id=chat_id, dialog_id=dialog,
-        title=title, agent=agent, created_at=now, updated_at=now, input_tokens=0, output_tokens=0,
-        last_input_tokens=0, next_seq=0, next_position=0, user_turns=0,
-    )
-    s.add(row)
-    s.flush()
+    """A new dialog for the chat, made current: `default` while the chat has none by that id."""
+    row = _insert_dialog(s, channel, chat_id, DEFAULT_DIALOG, title, agent)
+    while row is None:  # a random id is taken only by astronomic chance; then draw again
+        row = _insert_dialog(s, channel, chat_id, "d_" + secrets.token_hex(4), title, agent)
     set_current(s, row)
     return row
 
@@ -137,8 +148,16 @@ def current(s: Session, channel: str, chat_id: str) -> SessionRow | None:
 
 def get_or_create_current(s: Session, channel: str, chat_id: str, agent: str = "default") -> SessionRow:
     row = current(s, channel, chat_id)
-    if row is None:
+    if row is not None:
+        return row
+    # First one wins: of the sockets opening a new chat at once, one inserts its default dialog
+    # and the rest use that one (their insert waits for the winner's commit, then does nothing).
+    row = (_insert_dialog(s, channel, chat_id, DEFAULT_DIALOG, "", agent)
+           or _reload(s, session_id_of(channel, chat_id, DEFAULT_DIALOG)))
+    if not _live(row):  # the default dialog was archived or deleted: start another
         return create(s, channel, chat_id, agent=agent)
+    assert row is not None
+    set_current(s, row)
     return row
 
 

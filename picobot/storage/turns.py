@@ -11,7 +11,7 @@ from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from picobot.domain.messages import Usage
-from picobot.storage.models import TURN_INTERRUPTED, TURN_RUNNING, TurnRow
+from picobot.storage.models import TURN_FAILED, TURN_INTERRUPTED, TURN_RUNNING, TurnRow
 
 _t = TurnRow.__table__
 
@@ -38,6 +38,14 @@ def finish(conn: Connection, turn_id: str, status: str, usage: Usage, final_text
         "turn": turn_id, "status": status, "now": time.time(), "inp": usage.input_tokens, "out": usage.output_tokens,
         "final": final_text, "err": error, "seqs": inbound_seqs,
     }).rowcount == 1
+
+
+_MARK_FAILED = update(_t).where(_t.c.id == bindparam("turn")).values(status=TURN_FAILED, error=bindparam("err"))
+
+
+def mark_failed(conn: Connection, turn_id: str, error: str) -> None:
+    """Record that a turn's input was given up on (after the turn was interrupted)."""
+    conn.execute(_MARK_FAILED, {"turn": turn_id, "err": error})
 
 
 def interrupt(conn: Connection, turn_id: str, error: str) -> bool:

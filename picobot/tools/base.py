@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from picobot.domain.cancel import CancelToken
+from picobot.domain.cancel import CancelToken, TurnGate
 
 
 class SendMessage(Protocol):
@@ -30,15 +30,27 @@ class ToolContext:
     settings: dict[str, Any] = field(default_factory=dict)
     # Secret values (API keys, tokens) to scrub from every tool result before the model sees it.
     secrets: frozenset[str] = frozenset()
+    # Side effects (file writes, messages) pass this gate: none starts once the turn is over.
+    gate: TurnGate = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.gate = TurnGate(self.cancel)
 
 
 class Tool:
     """Base class for tools. Subclasses set name/description/parameters and execute()."""
 
     name: str = ""
+    # Sent with every model call: say what the schema cannot (rules, pitfalls), not types or enums.
     description: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
-    read_only: bool = False  # True for tools that change nothing (sub-agents may use them)
+    # True for tools that change nothing: they run in parallel even on the same file.
+    read_only: bool = False
+
+    def footprint(self, args: dict[str, Any], ctx: ToolContext) -> frozenset[str]:
+        """What this call touches (e.g. resolved file paths); calls sharing one, unless all
+        read-only, run in request order. Empty means it conflicts with nothing."""
+        return frozenset()
 
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
         """Run the tool. Raise picobot.errors.ToolError with text the model can act on."""

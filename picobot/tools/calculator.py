@@ -55,19 +55,17 @@ _FORBIDDEN_OPS: dict[type[ast.operator], str] = {
 
 class CalculatorTool(Tool):
     name = "calculator"
+    # Short on purpose: an unknown name is answered with the full list of functions.
     description = (
-        "Evaluate an arithmetic expression exactly and return the result. Use it instead of "
-        "doing arithmetic in your head. Supports numbers, + - * / // % ** (power), unary +/-, "
-        "parentheses, the functions sqrt, sin, cos, tan (radians), log (natural, or log(x, base)), "
-        "log10, exp, abs, round(x[, ndigits]), floor, ceil, min, max, and the constants pi and e. "
-        "No variables, no other names. Example: \"sqrt(2) * (3 + 4) ** 2 / 7\"."
+        "Exact arithmetic; use it, not mental math. + - * / // % ** (); sqrt sin cos tan (radians) "
+        "log(x[, base]) log10 exp abs round floor ceil min max; pi e."
     )
     parameters = {
         "type": "object",
         "properties": {
             "expression": {
                 "type": "string",
-                "description": "The arithmetic expression, e.g. \"(1 + 2) * 3 / 4\" or \"log(1000, 10)\".",
+                "description": "E.g. sqrt(2) * 3 ** 2",
             }
         },
         "required": ["expression"],

@@ -16,18 +16,14 @@ _UTC_NAMES = {"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "Zulu", "Universal"}
 class ClockTool(Tool):
     name = "get_time"
     description = (
-        "Get the current date and time. Returns the ISO-8601 timestamp, the weekday, the UTC "
-        "offset and the time zone name. Without arguments it uses the user's configured time "
-        "zone; pass an IANA zone name (e.g. \"Europe/Berlin\", \"America/New_York\", "
-        "\"Asia/Shanghai\", \"UTC\") to get the time somewhere else. Call it whenever the answer "
-        "depends on today's date or the current time."
+        "Current date, time, weekday and UTC offset. Call it whenever the answer depends on the time."
     )
     parameters = {
         "type": "object",
         "properties": {
             "timezone": {
                 "type": "string",
-                "description": "IANA time zone name such as \"Asia/Tokyo\". Omit for the user's own zone.",
+                "description": "IANA zone, e.g. Asia/Tokyo. Default: the user's.",
             }
         },
         "required": [],

@@ -9,7 +9,10 @@ from urllib.parse import urlsplit
 import httpx
 
 from picobot.errors import ToolError, TurnCancelled
+from picobot.security.netguard import NetworkPolicy, guarded_client
+from picobot.security.redact import header_secrets, redact
 from picobot.tools.base import Tool, ToolContext
+from picobot.tools.http_cancel import CancelCut
 from picobot.tools.registry import truncate
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
@@ -18,6 +21,8 @@ MAX_TIMEOUT_SECS = 120
 DEFAULT_MAX_CHARS = 20_000
 DEFAULT_MAX_BYTES = 5_000_000
 USER_AGENT = "PicoBot/0.1"
+# Said up front so the model does not retry a refused host; the refusal itself says how to allow one.
+PRIVATE_REFUSED = "Local and private network hosts are refused unless the user allows them."
 
 # Response headers worth showing the model; others are noise.
 SHOWN_HEADERS = (
@@ -32,7 +37,6 @@ SHOWN_HEADERS = (
     "link",
 )
 SHOWN_HEADER_PREFIXES = ("x-ratelimit-", "ratelimit-")
-SECRET_HEADERS = {"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"}
 REDACTED = "[redacted]"
 _TEXT_SUBTYPES = "json|xml|javascript|ecmascript|x-www-form-urlencoded|yaml|x-yaml|csv|graphql|x-ndjson"
 _TEXT_TYPES = re.compile(rf"^(text/|application/([\w.+-]*\+)?({_TEXT_SUBTYPES})\b)")
@@ -41,29 +45,22 @@ _TEXT_TYPES = re.compile(rf"^(text/|application/([\w.+-]*\+)?({_TEXT_SUBTYPES})\
 class HttpRequestTool(Tool):
     name = "http_request"
     description = (
-        "Make one HTTP request (for APIs and raw endpoints) and return the status line, the "
-        "main response headers and the response body as text. Use body for a raw string body "
-        "or json for a JSON body (sets Content-Type: application/json), not both. Only http "
-        "and https URLs. Binary responses are described (type and size), not shown. Redirects "
-        "are followed. To read a web page as text, prefer web_fetch."
+        "One HTTP request, for APIs; returns status, headers and body. Send body or json, not both. "
+        f"{PRIVATE_REFUSED} For web pages use web_fetch."
     )
     parameters = {
         "type": "object",
         "properties": {
             "method": {"type": "string", "enum": METHODS, "description": "HTTP method."},
-            "url": {"type": "string", "description": "Absolute http:// or https:// URL, including any query string."},
-            "headers": {
-                "type": "object",
-                "additionalProperties": {"type": "string"},
-                "description": "Request headers, e.g. {\"Accept\": \"application/json\"}.",
-            },
-            "body": {"type": "string", "description": "Raw request body text."},
-            "json": {"description": "A JSON value sent as the request body."},
+            "url": {"type": "string", "description": "Absolute http(s) URL."},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Request headers."},
+            "body": {"type": "string", "description": "Raw text."},
+            "json": {"description": "JSON body; sets Content-Type."},
             "timeout_secs": {
                 "type": "number",
                 "exclusiveMinimum": 0,
                 "maximum": MAX_TIMEOUT_SECS,
-                "description": f"Request timeout in seconds (default {DEFAULT_TIMEOUT_SECS}).",
+                "description": f"Seconds. Default {DEFAULT_TIMEOUT_SECS}.",
             },
         },
         "required": ["method", "url"],
@@ -75,7 +72,7 @@ class HttpRequestTool(Tool):
             raise ToolError("Give either body or json, not both.")
         url = check_url(args["url"])
         headers = dict(args.get("headers") or {})
-        secrets = secret_values(headers)
+        secrets = header_secrets(headers)
         timeout = float(args.get("timeout_secs") or ctx.settings.get("http_timeout_secs", DEFAULT_TIMEOUT_SECS))
         max_bytes = int(ctx.settings.get("http_max_bytes", DEFAULT_MAX_BYTES))
         max_chars = int(ctx.settings.get("http_max_chars", DEFAULT_MAX_CHARS))
@@ -89,18 +86,19 @@ class HttpRequestTool(Tool):
         try:
             result = _request(args["method"], url, request, timeout, max_bytes, max_chars, ctx)
         except ToolError as exc:
-            raise ToolError(redact(str(exc), secrets)) from None
+            raise ToolError(redact(str(exc), secrets, mask=REDACTED)) from None
         except (ValueError, TypeError) as exc:  # bad header values, unserialisable json, ...
-            raise ToolError(redact(f"Invalid request: {type(exc).__name__}: {exc}", secrets)) from None
-        return redact(result, secrets)
+            raise ToolError(redact(f"Invalid request: {type(exc).__name__}: {exc}", secrets, mask=REDACTED)) from None
+        return redact(result, secrets, mask=REDACTED)
 
 
 def _request(
     method: str, url: str, request: dict[str, Any], timeout: float, max_bytes: int, max_chars: int, ctx: ToolContext
 ) -> str:
-    with httpx.Client(timeout=timeout, follow_redirects=True) as client:
+    policy = NetworkPolicy.from_settings(ctx.settings)
+    with CancelCut(ctx.cancel) as cutter, guarded_client(policy, timeout=timeout) as client:
         try:
-            with client.stream(method, url, **request) as response:
+            with client.stream(method, url, extensions=cutter.extensions, **request) as response:
                 body, cut = read_body(response, max_bytes, ctx)
                 return _render(response, url, body, cut, max_chars)
         except httpx.HTTPError as exc:
@@ -185,24 +183,6 @@ def describe_http_error(exc: httpx.HTTPError, url: str, timeout: float) -> str:
     if isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
         return f"Invalid URL {url!r}: {exc}."
     return f"The request to {host} failed: {type(exc).__name__}: {exc or 'no details'}."
-
-
-def secret_values(headers: dict[str, str]) -> list[str]:
-    """Values of credential headers, and their token part (after 'Bearer ' etc.)."""
-    values: list[str] = []
-    for name, value in headers.items():
-        if name.lower() in SECRET_HEADERS and len(value) >= 4:
-            values.append(value)
-            token = value.split(None, 1)[-1]
-            if len(token) >= 6 and token != value:
-                values.append(token)
-    return sorted(values, key=len, reverse=True)
-
-
-def redact(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, REDACTED)
-    return text
 
 
 def max_bytes_text(size: int) -> str:

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from picobot.domain.messages import ToolCall
-from picobot.config.secrets import redact
 from picobot.errors import ToolError, TurnCancelled
 from picobot.providers.base import ToolSpec
+from picobot.security.redact import redact
 from picobot.tools.base import Tool, ToolContext, ToolResult
 
 logger = logging.getLogger("picobot.tools")
@@ -27,30 +28,41 @@ _ERROR_MESSAGE_CHARS = 300
 
 
 class ToolRegistry:
-    """Named tools in registration order."""
+    """Named tools in registration order.
+
+    Tools may be added and removed while turns run (MCP tools appear when their server
+    connects): writers swap in new dicts under a lock and never change a published one, so
+    readers need no lock and never see a dict change under an iteration.
+    """
 
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Draft202012Validator] = {}
+        self._write_lock = threading.Lock()
 
     def register(self, tool: Tool) -> None:
         """Add a tool; its name must be new and its parameters a valid JSON schema."""
         name = tool.name
         if not name or not isinstance(name, str):
             raise ValueError(f"tool {type(tool).__name__} has no name")
-        if name in self._tools:
-            raise ValueError(f"a tool named {name!r} is already registered")
         try:
             Draft202012Validator.check_schema(tool.parameters)
         except SchemaError as exc:
             raise ValueError(f"tool {name!r} has an invalid parameters schema: {exc.message}") from exc
-        self._tools[name] = tool
-        self._validators[name] = Draft202012Validator(tool.parameters)
+        with self._write_lock:
+            if name in self._tools:
+                raise ValueError(f"a tool named {name!r} is already registered")
+            # validator first: a reader that finds the tool always finds its validator
+            self._validators = {**self._validators, name: Draft202012Validator(tool.parameters)}
+            self._tools = {**self._tools, name: tool}
 
     def unregister(self, name: str) -> Tool | None:
         """Remove a tool by name; returns it, or None if there was none."""
-        self._validators.pop(name, None)
-        return self._tools.pop(name, None)
+        with self._write_lock:
+            tools = dict(self._tools)
+            tool = tools.pop(name, None)
+            self._tools = tools
+            return tool  # its validator stays: a call that already found the tool still validates
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -69,6 +81,20 @@ class ToolRegistry:
 
     def __len__(self) -> int:
         return len(self._tools)
+
+    def is_read_only(self, name: str) -> bool:
+        tool = self._tools.get(name)
+        return tool is not None and tool.read_only
+
+    def footprint(self, call: ToolCall, ctx: ToolContext) -> frozenset[str]:
+        """What a call touches, for ordering; empty when the call is invalid (it will fail anyway)."""
+        tool = self._tools.get(call.name)
+        if tool is None:
+            return frozenset()
+        try:
+            return frozenset(tool.footprint(parse_arguments(call.name, call.arguments), ctx))
+        except Exception:  # a bad call is reported when it runs, not here
+            return frozenset()
 
     def execute(self, call: ToolCall, ctx: ToolContext, max_chars: int) -> ToolResult:
         """Run one tool call. Results over max_chars (if > 0) are truncated with a marker."""

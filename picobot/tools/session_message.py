@@ -11,21 +11,15 @@ from picobot.tools.base import Tool, ToolContext
 class SendSessionMessageTool(Tool):
     name = "send_session_message"
     description = (
-        "Send a message to a chat right now, without ending your turn. Without channel and "
-        "chat_id it goes to the current chat: use it for progress updates during long work or "
-        "for delivering results from scheduled tasks. Give channel and chat_id to message a "
-        "different chat the user has asked you to reach. Your final answer is delivered "
-        "anyway, so do not repeat it with this tool. Returns a delivery receipt."
+        "Send a message mid-turn: progress, scheduled-task results, or to another chat the user "
+        "named. Not your final answer, which is delivered anyway."
     )
     parameters = {
         "type": "object",
         "properties": {
-            "text": {"type": "string", "minLength": 1, "description": "The message text (Markdown allowed)."},
-            "channel": {
-                "type": "string",
-                "description": "Target channel, e.g. \"web\", \"telegram\", \"feishu\". Default: the current one.",
-            },
-            "chat_id": {"type": "string", "description": "Target chat id on that channel. Default: the current chat."},
+            "text": {"type": "string", "minLength": 1, "description": "Markdown allowed."},
+            "channel": {"type": "string", "description": "E.g. telegram. Default: this one."},
+            "chat_id": {"type": "string", "description": "On that channel. Default: this chat."},
         },
         "required": ["text"],
         "additionalProperties": False,
@@ -37,5 +31,6 @@ class SendSessionMessageTool(Tool):
         text = args["text"]
         if not text.strip():
             raise ToolError("The message text is empty.")
-        receipt = ctx.send_message(text, channel=args.get("channel"), chat_id=args.get("chat_id"))
+        with ctx.gate.side_effect():  # a stopped turn sends nothing more
+            receipt = ctx.send_message(text, channel=args.get("channel"), chat_id=args.get("chat_id"))
         return receipt or "Message sent."

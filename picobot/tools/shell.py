@@ -1,7 +1,8 @@
 """`bash` (`shell` on Windows): run a command in the workspace, killable by timeout and /stop.
 
 The command runs in its own process group so that a timeout or a cancel kills everything
-it started, not just the shell.
+it started, not just the shell. Its environment is an allowlist (shell_env), never PicoBot's
+own; where bubblewrap works it runs in the sandbox of picobot/security/sandbox.py.
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from picobot.config.secrets import is_secret_key
+from picobot.config.schema import picobot_home
 from picobot.errors import ToolError, TurnCancelled
+from picobot.security.sandbox import (
+    AUTO, EgressLink, SandboxUnavailable, bridge_argv, bwrap_argv, proxy_env, require, sandbox_env, sandbox_status,
+)
 from picobot.tools.base import Tool, ToolContext
 from picobot.tools.files import workspace_root
+from picobot.tools.shell_env import command_env
 
 IS_WINDOWS = os.name == "nt"
 SHELL_TOOL_NAME = "shell" if IS_WINDOWS else "bash"
@@ -35,35 +41,35 @@ _SHELL_KIND = "Windows cmd.exe" if IS_WINDOWS else "bash"
 class ShellTool(Tool):
     name = SHELL_TOOL_NAME
     description = (
-        f"Run a {_SHELL_KIND} command in the workspace directory and return its exit code and "
-        "combined stdout/stderr. Use it to inspect files, run programs, scripts, git, package "
-        "managers and tests. There is no terminal and no stdin: interactive programs will not "
-        "work, so pass non-interactive flags. Each call starts a fresh shell (cd and exported "
-        "variables do not carry over; chain commands with &&). Long output is cut in the middle. "
-        f"Commands are killed after timeout_secs (default {DEFAULT_TIMEOUT_SECS}, "
-        f"max {MAX_TIMEOUT_SECS})."
+        f"Run a {_SHELL_KIND} command in the workspace; returns exit code and output. No terminal or "
+        "stdin: use non-interactive flags. Each call is a fresh shell (cd, exports lost): chain with &&."
     )
     parameters = {
         "type": "object",
         "properties": {
-            "command": {"type": "string", "minLength": 1, "description": "The command line to run."},
+            "command": {"type": "string", "minLength": 1, "description": "Command line."},
             "timeout_secs": {
                 "type": "number",
                 "minimum": 1,
                 "maximum": MAX_TIMEOUT_SECS,
-                "description": "Seconds before the command and all its children are killed.",
+                "description": f"Default {DEFAULT_TIMEOUT_SECS}.",
             },
         },
         "required": ["command"],
         "additionalProperties": False,
     }
 
+    def __init__(self) -> None:
+        self._egress = EgressLink()
+
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
         ctx.cancel.raise_if_cancelled()
         default = ctx.settings.get("bash_timeout_secs", DEFAULT_TIMEOUT_SECS)
         timeout = min(max(float(args.get("timeout_secs") or default), 0.1), MAX_TIMEOUT_SECS)
         max_chars = int(ctx.settings.get("bash_output_max_chars", DEFAULT_OUTPUT_MAX_CHARS))
-        proc = _start(args["command"], str(workspace_root(ctx)))
+        root = workspace_root(ctx)
+        argv, env = _launch_spec(args["command"], root, ctx, self._egress)
+        proc = _start(argv, env, str(root))
         output = _Output(max_chars)
         reader = _Reader(proc, output)
         remove_callback = ctx.cancel.on_cancel(lambda: kill_process_group(proc))
@@ -102,20 +108,33 @@ def kill_process_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def command_env() -> dict[str, str]:
-    """The process environment minus credentials: commands the model writes never see keys."""
-    return {k: v for k, v in os.environ.items()
-            if not (is_secret_key(k) or k in _INFRA_VARS or k.startswith(_INFRA_PREFIXES))}
+def _launch_spec(command: str, root: Path, ctx: ToolContext, egress: EgressLink) -> tuple[list[str], dict[str, str]]:
+    """argv and environment for the command: plain bash, or bash inside the sandbox."""
+    bash = ctx.settings.get("bash") if isinstance(ctx.settings.get("bash"), dict) else {}
+    env = command_env(bash.get("env"))
+    argv = ["cmd.exe", "/d", "/s", "/c", command] if IS_WINDOWS else ["bash", "-c", command]
+    if IS_WINDOWS:
+        return argv, env
+    status = sandbox_status(str(bash.get("sandbox") or AUTO))
+    try:
+        require(status)
+    except SandboxUnavailable as exc:
+        raise ToolError(str(exc)) from None
+    if not status.active or status.bwrap is None:
+        return argv, env
+    env = sandbox_env(env, root)
+    extra: list[Path] = []
+    socket_path = egress.socket_for(ctx.settings)
+    if socket_path is not None:
+        argv, extra = bridge_argv(socket_path, argv)
+        env = proxy_env(env)
+    return bwrap_argv(status.bwrap, root, homes=(picobot_home(),), command=argv, extra_ro=extra), env
 
 
-_INFRA_VARS = {"DATABASE_URL", "REDIS_URL", "PICOBOT_TOKEN"}
-_INFRA_PREFIXES = ("OPENAI_", "ANTHROPIC_", "FEISHU_", "TELEGRAM_")
-
-
-def _start(command: str, cwd: str) -> subprocess.Popen[bytes]:
+def _start(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
     common: dict[str, Any] = {
         "cwd": cwd,
-        "env": command_env(),
+        "env": env,
         "stdin": subprocess.DEVNULL,
         "stdout": subprocess.PIPE,
         "stderr": subprocess.STDOUT,
@@ -123,8 +142,8 @@ def _start(command: str, cwd: str) -> subprocess.Popen[bytes]:
     try:
         if IS_WINDOWS:
             flags = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
-            return subprocess.Popen(["cmd.exe", "/d", "/s", "/c", command], creationflags=flags, **common)
-        return subprocess.Popen(["bash", "-c", command], start_new_session=True, **common)
+            return subprocess.Popen(argv, creationflags=flags, **common)
+        return subprocess.Popen(argv, start_new_session=True, **common)
     except OSError as exc:
         raise ToolError(f"Could not start the shell: {exc}") from None
 

@@ -10,8 +10,10 @@ from urllib.parse import urljoin
 import httpx
 
 from picobot.errors import ToolError
+from picobot.security.netguard import NetworkPolicy, guarded_client
 from picobot.tools.base import Tool, ToolContext
-from picobot.tools.http import check_url, decode_body, describe_http_error, is_text, read_body
+from picobot.tools.http import PRIVATE_REFUSED, check_url, decode_body, describe_http_error, is_text, read_body
+from picobot.tools.http_cancel import CancelCut
 from picobot.tools.registry import truncate
 
 DEFAULT_MAX_CHARS = 50_000
@@ -34,21 +36,18 @@ _CHARSET_META = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([\w.:-]+)""", re.I
 class WebFetchTool(Tool):
     name = "web_fetch"
     description = (
-        "Fetch a web page by URL and return its title and main text in a readable, "
-        "Markdown-like form: headings as '#' lines, list items as '- ', links as 'text (url)'. "
-        "Scripts, styles and navigation are dropped. Plain-text and JSON responses are "
-        "returned as they are. Follows redirects. Use it to read articles, docs and search "
-        "results; use http_request for APIs that need other methods or headers."
+        f"Read a web page as its title and main text, links kept. {PRIVATE_REFUSED} "
+        "For APIs use http_request."
     )
     parameters = {
         "type": "object",
         "properties": {
-            "url": {"type": "string", "description": "Absolute http:// or https:// URL of the page."},
+            "url": {"type": "string", "description": "Absolute http(s) URL."},
             "max_chars": {
                 "type": "integer",
                 "minimum": 100,
                 "maximum": MAX_CHARS_LIMIT,
-                "description": f"Maximum characters of text to return (default {DEFAULT_MAX_CHARS}).",
+                "description": f"Default {DEFAULT_MAX_CHARS}.",
             },
         },
         "required": ["url"],
@@ -62,10 +61,12 @@ class WebFetchTool(Tool):
         timeout = float(ctx.settings.get("web_fetch_timeout_secs", DEFAULT_TIMEOUT_SECS))
         max_bytes = int(ctx.settings.get("web_fetch_max_bytes", DEFAULT_MAX_BYTES))
         headers = {"User-Agent": USER_AGENT, "Accept": ACCEPT}
+        policy = NetworkPolicy.from_settings(ctx.settings)
         try:
             with (
-                httpx.Client(timeout=timeout, follow_redirects=True, headers=headers) as client,
-                client.stream("GET", url) as response,
+                CancelCut(ctx.cancel) as cutter,
+                guarded_client(policy, timeout=timeout, headers=headers) as client,
+                client.stream("GET", url, extensions=cutter.extensions) as response,
             ):
                 body, cut = read_body(response, max_bytes, ctx)
         except httpx.HTTPError as exc:

@@ -33,7 +33,13 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 # The production defaults (tests.stack uses short test timings; benchmarks should not).
-BENCH_GATEWAY = {"turn_lease_secs": 30, "sweep_interval_secs": 5.0, "snapshot_interval_ms": 50}
+# Rate limits on but out of reach: one benchmark client sends far more than a person, from one device
+# token, and the limits' cost (a Redis round trip per message) stays in what is measured.
+_OUT_OF_REACH = 10_000_000
+BENCH_GATEWAY = {"turn_lease_secs": 30, "sweep_interval_secs": 5.0, "snapshot_interval_ms": 50,
+                 "rate_limits": {"messages_per_chat_per_minute": _OUT_OF_REACH,
+                                 "messages_per_device_per_minute": _OUT_OF_REACH,
+                                 "new_dialogs_per_chat_per_hour": _OUT_OF_REACH, "sockets_per_device": _OUT_OF_REACH}}
 
 
 # --- the fake LLM, in its own process -------------------------------------------------------

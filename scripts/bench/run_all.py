@@ -1,4 +1,4 @@
-"""Run the four benchmarks (each in its own process, each with its own stack) and print a summary.
+"""Run the benchmarks (each in its own process, each with its own stack) and print a summary.
 
     .venv/bin/python -m scripts.bench.run_all [--only overhead,cpu] [--json results.json] [--db postgres]
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from scripts.bench.common import HEADER, ROOT, Result, metric_rows, table
 
-BENCHES = ("overhead", "concurrency", "cpu", "memory")
+BENCHES = ("overhead", "concurrency", "cpu", "memory", "fake_llm", "prompt_cost", "mcp_call", "chat_cli")
 
 
 def main() -> int:

@@ -8,6 +8,8 @@ export const PAGES = [
   { id: "health", title: "Health", icon: "pulse", group: "manage", load: () => import("./pages/health.js") },
   { id: "config", title: "Config", icon: "sliders", group: "manage", load: () => import("./pages/config.js") },
   { id: "devices", title: "Devices", icon: "devices", group: "manage", load: () => import("./pages/devices.js") },
+  { id: "skills", title: "Skills", icon: "book", group: "manage", load: () => import("./pages/skills.js") },
+  { id: "mcp", title: "MCP servers", icon: "tool", group: "manage", load: () => import("./pages/mcp.js") },
 ];
 
 export const DEFAULT_PAGE = "chat";

@@ -1,0 +1,95 @@
+"""Settings that are accepted and validated but not acted on yet, and which of them a config sets.
+
+The one list of such keys: `picobot config` warns about each one a user set (in config.json
+or through the environment), and a test checks that docs/CONFIGURATION.md marks every one.
+Take a key off the list in the same change that makes the code act on it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from pydantic import BaseModel
+
+from picobot.config.schema import Config
+
+KeyPath = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UnusedKey:
+    pattern: str  # dotted key path as written in config.json; "*" stands for any one key
+    why: str  # what is missing, for the warning
+    acted_on: tuple[str, ...] = ()  # keys the "*" may stand for that ARE acted on
+
+    def matches(self, path: KeyPath) -> bool:
+        parts = self.pattern.split(".")
+        if len(parts) != len(path):
+            return False
+        return all(want == got or (want == "*" and got not in self.acted_on) for want, got in zip(parts, path))
+
+
+UNUSED_KEYS: tuple[UnusedKey, ...] = (
+    UnusedKey("providers.*.memory_maintenance_timeout_secs", "there is no memory maintenance yet"),
+    UnusedKey("agents.*", "only the default agent answers; channels and scheduled jobs, which pick agents "
+              "by name, are not built yet", acted_on=("default",)),
+    UnusedKey("gateway.session_ttl_secs", "the scheduler's session_cleanup job it is for is not built yet"),
+    UnusedKey("scheduler.*", "the job scheduler is not built yet: no job runs"),
+    UnusedKey("channels.*", "no channel adapters (Feishu, Telegram, ...) are built yet"),
+    UnusedKey("subagents.*", "sub-agents are not built yet"),
+)
+
+
+# No pattern is deeper than this; free-form values (`models.*.options`) may nest far deeper.
+_DEPTH = max(len(key.pattern.split(".")) for key in UNUSED_KEYS)
+
+
+def set_paths(model: BaseModel, prefix: KeyPath = ()) -> Iterator[KeyPath]:
+    """The key path of every value the file or the environment set, down to the deepest pattern."""
+    if len(prefix) >= _DEPTH:
+        return
+    fields = type(model).model_fields
+    for name in sorted(model.model_fields_set):
+        field = fields.get(name)
+        if field is not None and field.exclude:  # computed at start, not a setting
+            continue
+        key = (field.alias if field is not None and field.alias else name)
+        yield prefix + (key,)
+        yield from _inner_paths(getattr(model, name, None), prefix + (key,))
+
+
+def _inner_paths(value: Any, path: KeyPath) -> Iterator[KeyPath]:
+    if len(path) >= _DEPTH:
+        return
+    if isinstance(value, BaseModel):
+        yield from set_paths(value, path)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield path + (str(key),)
+            yield from _inner_paths(item, path + (str(key),))
+
+
+def unused_settings(config: Config) -> list[tuple[str, str]]:
+    """(key path, why) for each setting in `config` that is set but not acted on yet."""
+    found: dict[str, str] = {}
+    for path in set_paths(config):
+        for key in UNUSED_KEYS:
+            if key.matches(path):
+                found.setdefault(show_path(path), key.why)
+    return list(found.items())
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def show_path(path: KeyPath) -> str:
+    """Dotted, with odd keys (dots, spaces, control characters, lone surrogates) quoted as JSON strings."""
+    return ".".join(part if _PLAIN.fullmatch(part) else json.dumps(part) for part in path)
+
+
+def warning_lines(config: Config) -> list[str]:
+    return [f"warning: {path} is accepted but not acted on yet: {why} (see docs/CONFIGURATION.md)"
+            for path, why in unused_settings(config)]

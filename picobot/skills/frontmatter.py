@@ -1,0 +1,88 @@
+"""SKILL.md: a YAML frontmatter block (`description` required, `name` optional) and a Markdown body."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from picobot.errors import SkillError
+
+MAX_SKILL_BYTES = 64 * 1024  # a longer SKILL.md is cut here (with a warning): it is prompt text
+MAX_FRONTMATTER_CHARS = 8 * 1024
+MAX_DESCRIPTION_CHARS = 1024
+# Letters, digits, `.`, `_`, `-`; no separators, no `..`: a name is always one folder name.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_CLOSE = re.compile(r"^---[ \t]*$", re.MULTILINE)
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class SkillDoc:
+    name: str | None
+    description: str
+    body: str
+
+
+def check_name(name: Any) -> str:
+    """`name` if it is a valid skill name; SkillError saying what a name may be otherwise."""
+    if isinstance(name, str) and NAME_RE.fullmatch(name) and ".." not in name:
+        return name
+    if name is None:
+        raise SkillError("Give the skill's name in `name`.")
+    shown = repr(name)[:80] if isinstance(name, str) else type(name).__name__
+    raise SkillError(
+        f"{shown} is not a valid skill name: use 1-64 letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit (no slashes, no '..')."
+    )
+
+
+def parse(text: str) -> SkillDoc:
+    """The frontmatter and body of a SKILL.md; SkillError says what is wrong with it."""
+    text = text.removeprefix("\ufeff")
+    if not text.startswith("---"):
+        raise SkillError("it does not start with a '---' frontmatter block holding 'description: ...'")
+    first_nl = text.find("\n")
+    close = _CLOSE.search(text, first_nl + 1) if first_nl >= 0 else None
+    if close is None or text[3:first_nl].strip():
+        raise SkillError("its frontmatter is not closed by a line holding only '---'")
+    block = text[first_nl + 1:close.start()]
+    if len(block) > MAX_FRONTMATTER_CHARS:
+        raise SkillError(f"its frontmatter is over {MAX_FRONTMATTER_CHARS} characters")
+    meta = _load_yaml(block)
+    body = text[close.end():].lstrip("\r\n")
+    return SkillDoc(_name_of(meta), _description_of(meta), body)
+
+
+def _load_yaml(block: str) -> dict[str, Any]:
+    try:
+        meta = yaml.load(block, Loader=_Loader)  # noqa: S506 - a safe loader
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" (line {where.line + 2})" if where is not None else ""
+        raise SkillError(f"its frontmatter is not valid YAML{at}") from None
+    if not isinstance(meta, dict):
+        raise SkillError("its frontmatter is not a mapping of 'key: value' lines")
+    return meta
+
+
+def _description_of(meta: dict[str, Any]) -> str:
+    raw = meta.get("description")
+    if not isinstance(raw, str) or not raw.strip():
+        raise SkillError("its frontmatter has no 'description' (a non-empty text saying when to use the skill)")
+    text = " ".join(raw.split())
+    return text[:MAX_DESCRIPTION_CHARS]
+
+
+def _name_of(meta: dict[str, Any]) -> str | None:
+    raw = meta.get("name")
+    return None if raw is None else check_name(raw)
+
+
+def render(name: str, description: str, body: str) -> str:
+    """A SKILL.md for these parts; YAML-quoted, so any description text round-trips."""
+    head = yaml.safe_dump({"name": name, "description": description}, allow_unicode=True, sort_keys=False,
+                          width=1_000_000)
+    return f"---\n{head}---\n\n{body.lstrip(chr(10))}"
