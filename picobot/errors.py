@@ -11,8 +11,9 @@
     ├── ToolError              a tool failed; its text is shown to the model
     │   ├── ToolArgumentsError       arguments failed JSON parsing or schema validation
     │   ├── NetworkRefused           the network guard refused an address (says how to allow it)
-    │   └── SkillError               a skill cannot be read or written (says what to fix)
-    │       └── SkillNotFound            no skill of that name
+    │   ├── SkillError               a skill cannot be read or written (says what to fix)
+    │   │   └── SkillNotFound            no skill of that name
+    │   └── MemoryRejected           a memory or knowledge write refused (scope, size, bad text)
     ├── InputRejected          bad user input at the edge (oversize, malformed frame, ...)
     ├── StorageError           the database failed
     └── TurnCancelled          /stop cancelled the running turn
@@ -82,6 +83,10 @@ class SkillError(ToolError):
 
 class SkillNotFound(SkillError):
     pass
+
+
+class MemoryRejected(ToolError):
+    """A memory or knowledge operation refused (bad input, wrong scope, too large); the text says why."""
 
 
 class InputRejected(PicoBotError):

@@ -274,3 +274,8 @@ def test_timeouts_must_be_positive_numbers(tmp_path: Path, value: str) -> None:
                            env=dict(os.environ, PICOBOT_HOME=str(tmp_path)), capture_output=True, text=True,
                            timeout=GIVE_UP_SECS)
         assert r.returncode == 2 and "positive number of seconds" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1/ws", "127.0.0.1:1", "ftp://x/ws"])
+def test_a_gateway_url_that_is_not_a_websocket_url_is_a_clear_error(tmp_path: Path, url: str) -> None:
+    assert "must start with ws:// or wss://" in _one_error_line(_chat(tmp_path, url, "-m", "hello"))

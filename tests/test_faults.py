@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -151,9 +152,16 @@ def test_stop_cancels_long_model_call_within_a_second(fresh: Stack, llm) -> None
 
 
 def test_stop_kills_a_running_bash(fresh: Stack, llm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    marker = tmp_path / "bash-finished"
-    add_rule(llm, "run-sleep", {"tool_calls": [{"name": "bash", "arguments": {"command": f"sleep 20 && touch {marker}"}}]},
+    # The marker is in the workspace: the sandbox sees only that folder (a path elsewhere would be
+    # written to the sandbox's private /tmp, or not at all, and the test could not fail).
+    marker = tmp_path / "home-workspace" / "bash-finished"
+    add_rule(llm, "run-sleep", {"tool_calls": [{"name": "bash", "arguments": {"command": "sleep 3 && touch bash-finished"}}]},
              {"content": "slept"})
+    # Unsandboxed, so only /stop's kill can end the command: bubblewrap's --die-with-parent also
+    # kills it once the thread that started it returns, which would hide a missing kill.
+    config = json.loads((fresh.home / "config.json").read_text())
+    config["tools"] = {"bash": {"sandbox": "none"}}
+    (fresh.home / "config.json").write_text(json.dumps(config))
     fresh.start(workers=1)
     c = fresh.client()
     acc = c.say("run-sleep")
@@ -165,8 +173,8 @@ def test_stop_kills_a_running_bash(fresh: Stack, llm, tmp_path: Path) -> None:  
     hist = _history(c)
     tool = [m for m in hist if m["role"] == "tool"]
     assert tool and tool[-1]["is_error"]  # the chain stays whole: the call has a (cancelled) result
-    time.sleep(0.5)
-    assert not marker.exists()
+    time.sleep(4)  # past the command's own 3 s: a shell that survived /stop would have written the marker
+    assert marker.parent.is_dir() and not marker.exists()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from scripts.bench.prompt_cost import SKILLS, TARGET_TOKENS, _skill_description, prompt_cost, request_body
+from scripts.fake_llm import FakeLLM
 
 # The built-in tools that predate the skill tools took 7,719 characters as sent; they were cut by over
 # 35 % so that the tools still to come fit the same prompt budget. Growing them again spends that room.
@@ -18,7 +19,7 @@ OLDER_TOOLS = ("calculator", "get_time", "read", "write", "edit", "bash", "http_
 OLDER_TOOLS_MAX_CHARS = 5_000
 
 
-def test_fixed_prompt_with_32_skills_fits_the_token_budget(tmp_path: Path, llm, redis_url: str) -> None:  # type: ignore[no-untyped-def]
+def test_fixed_prompt_with_32_skills_fits_the_token_budget(tmp_path: Path, llm: FakeLLM, redis_url: str) -> None:
     body = request_body(tmp_path, llm.url, redis_url, f"{SKILLS} skills")
     system = "".join(m["content"] for m in body["messages"] if m["role"] == "system")
     missing = [name for name, _ in map(_skill_description, range(SKILLS - 1)) if name not in system]
@@ -28,7 +29,7 @@ def test_fixed_prompt_with_32_skills_fits_the_token_budget(tmp_path: Path, llm, 
     assert cost["tokens"] <= TARGET_TOKENS, cost
 
 
-def test_older_builtin_tools_keep_their_shrunk_size(tmp_path: Path, llm, redis_url: str) -> None:  # type: ignore[no-untyped-def]
+def test_older_builtin_tools_keep_their_shrunk_size(tmp_path: Path, llm: FakeLLM, redis_url: str) -> None:
     body = request_body(tmp_path, llm.url, redis_url, "0 skills")
     sizes = {t["function"]["name"]: len(json.dumps(t, ensure_ascii=False)) for t in body["tools"]}
     older = {name: sizes[name] for name in OLDER_TOOLS}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 import threading
 import time
 import uuid
@@ -26,7 +27,7 @@ from picobot.config.workspace import (
 )
 from picobot.errors import ConfigError, ToolError, TurnCancelled
 from picobot.runtime.tool_safety import sandbox_check
-from picobot.security.sandbox import sandbox_status
+from picobot.security.sandbox import bwrap_argv, sandbox_status
 from picobot.tools.base import ToolContext
 from picobot.tools.files import EditFileTool, ReadFileTool
 from picobot.tools.shell import ShellTool
@@ -95,6 +96,34 @@ def test_sandbox_hides_a_home_that_lies_inside_the_workspace(tmp_path: Path, hom
     out = run(ctx, "ls home; cat home/.env home/config.json; echo end")
     assert_no_secret(out)
     assert (home / ".env").read_text().strip().endswith(CANARY_DOTENV), "the host copy is untouched"
+
+
+def _sandboxed(workspace: Path, home: Path, shared: Path, command: str) -> str:
+    """Run `command` in the sandbox with `shared` bound read-only, as /opt or /etc are."""
+    argv = bwrap_argv(SANDBOX.bwrap or "bwrap", workspace, homes=(home,), command=["bash", "-c", command],
+                      extra_ro=[shared])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    return done.stdout + done.stderr
+
+
+@needs_bwrap
+def test_sandbox_hides_a_home_inside_a_folder_it_shows(tmp_path: Path, home: Path) -> None:
+    # A system-wide install keeps its home under /opt or /etc, which the sandbox shows read-only.
+    shared = tmp_path
+    workspace = tmp_path.parent / (tmp_path.name + "-ws")
+    workspace.mkdir()
+    out = _sandboxed(workspace, home, shared, f"ls {home}; cat {home}/.env {home}/config.json; echo end")
+    assert "end" in out and "No such file or directory" in out
+    assert_no_secret(out)
+
+
+@needs_bwrap
+def test_sandbox_keeps_a_workspace_inside_a_hidden_home(tmp_path: Path, home: Path) -> None:
+    workspace = home / "workspace"  # the old layout, under a folder the sandbox shows
+    workspace.mkdir()
+    out = _sandboxed(workspace, home, tmp_path, f"echo kept > note.txt && cat ../.env {home}/config.json; ls ..")
+    assert_no_secret(out)
+    assert (workspace / "note.txt").read_text() == "kept\n"
 
 
 @needs_bwrap

@@ -121,6 +121,19 @@ def test_shell_commands_never_see_credentials(stack: Stack, llm) -> None:  # typ
     assert "PICOBOT_HOME" not in sent  # ... and without PicoBot's own variables (an allowlist)
 
 
+def test_a_key_the_model_writes_is_masked_everywhere(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    # a prompt-injected model echoes the configured key into a tool call and its answer
+    add_rule(llm, "leak-key", {"content": f"sending {API_KEY}", "tool_calls": [
+        {"name": "bash", "arguments": {"command": f"echo got {API_KEY}"}}]}, {"content": f"the key is {API_KEY}"})
+    c = stack.client()
+    done = c.ask("leak-key")
+    assert done["status"] == "completed"
+    assert API_KEY not in json.dumps(c.frames)
+    assert API_KEY not in json.dumps(llm.requests()[-1]["body"])  # the tool never got it either
+    assert "[redacted]" in done["final_text"] or "***" in done["final_text"]
+    assert _secret_in_database(stack.database_url, API_KEY) == []
+
+
 def test_interactive_chat_streams_answers_and_runs_commands(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
     import subprocess
     import sys

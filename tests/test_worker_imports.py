@@ -80,13 +80,15 @@ def test_each_worker_module_imports_alone(module: str, tmp_path: Path) -> None:
 
 def test_task_and_queue_names_come_from_one_place() -> None:
     from picobot.cli.processes import worker_argv
-    from picobot.runtime.task_names import ALL_QUEUES, SWEEP_TASK, TURN_TASK
+    from picobot.runtime import task_names
+    from picobot.runtime.task_names import ALL_QUEUES
     from picobot.config import Config
     from worker.celery_app import make_celery
 
     app = make_celery(Config(redis_url="redis://127.0.0.1:1/0"))
-    assert {TURN_TASK, SWEEP_TASK} <= set(app.tasks)
-    assert set(app.conf.task_routes) == {TURN_TASK, SWEEP_TASK}
+    names = {value for key, value in vars(task_names).items() if key.endswith("_TASK")}
+    assert names <= set(app.tasks)
+    assert set(app.conf.task_routes) == names  # every task has its queue, named in task_names
     assert {route["queue"] for route in app.conf.task_routes.values()} == set(ALL_QUEUES)
     queues = worker_argv()[worker_argv().index("-Q") + 1]
     assert queues.split(",") == list(ALL_QUEUES)

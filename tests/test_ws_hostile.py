@@ -24,7 +24,9 @@ from picobot.gateway.blocks import data_image_bytes, image_problem
 from scripts.fake_llm import FakeLLM
 from tests.conftest import add_rule
 from tests.stack import Stack, wait_for
+from web.frames import FrameError, parse_frame
 from web.outbox import Outbox, OutboxLimits, WriteWaiter
+from web.ws import REVERIFY_SECS
 
 FRAME_LIMIT = 100_000
 IMAGE_LIMIT = 3_000
@@ -108,6 +110,18 @@ def _close_clients() -> Iterator[None]:
 
 def _nested(depth: int) -> str:
     return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("number, why", [
+    ("1e400", "is too large"),  # valid JSON, but it overflows to Infinity
+    ("-1e400", "is too large"),
+    ("9" * 5000, "has 5000 digits; the limit is 4300"),
+])
+def test_numbers_no_reply_could_carry_are_bad_json_that_says_why(number: str, why: str) -> None:
+    with pytest.raises(FrameError) as info:
+        parse_frame('{"type": "ping", "id": ' + number + "}")
+    assert why in str(info.value) and "sys." not in str(info.value)  # words for a client, not for Python
+    assert parse_frame('{"id": -' + "9" * 4300 + ", \"x\": 1.5e300}")["x"] == 1.5e300
 
 
 @pytest.mark.parametrize("raw, code", [
@@ -219,6 +233,17 @@ def test_a_database_error_answers_unavailable_and_keeps_the_socket(stack: Stack)
     assert (msg["code"], cmd["code"]) == ("unavailable", "unavailable"), (msg, cmd)
     assert msg["id"] == "m1" and cmd["id"] == "n1"
     c.still_usable()
+
+
+def test_a_database_error_while_rechecking_pairing_keeps_an_idle_socket(stack: Stack) -> None:
+    c = StrictClient(stack)
+    _rename_table(stack, "device_tokens", "device_tokens_away")
+    try:
+        time.sleep(REVERIFY_SECS + 1.5)  # the open socket re-checks its token once in this time
+    finally:
+        _rename_table(stack, "device_tokens_away", "device_tokens")
+    c.still_usable()  # not closed with 1011 for an outage that was not its fault
+    assert "could not re-check the device token" in _web_log(stack)
 
 
 def test_a_failure_before_ready_closes_with_1011_not_http_500(stack: Stack) -> None:

@@ -45,12 +45,13 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     limits = OutboxLimits(gw.ws_send_queue_frames, gw.ws_send_queue_bytes, gw.ws_send_timeout_secs)
     app.extensions["picobot.hub"] = EventHub(runtime.redis, limits=limits)
 
-    from web import api, auth, health, skills, ui, ws
+    from web import api, auth, health, memories, skills, ui, ws
 
     auth.init_app(app)  # the pairing guard in front of every route (see web/auth.py)
     app.register_blueprint(health.bp)
     app.register_blueprint(ws.bp)
     app.register_blueprint(skills.bp)
+    app.register_blueprint(memories.bp)
     app.register_blueprint(api.bp)
     app.register_blueprint(ui.bp)
     return app

@@ -10,6 +10,7 @@ from typing import Any
 log = logging.getLogger("picobot.web.ws")
 
 MAX_DEPTH = 32  # real frames nest 4 deep (a block list in a message); deeper is an attack
+MAX_INT_DIGITS = 4300  # Python's own cap on converting digits to int; no frame needs a tenth of it
 
 
 class FrameError(ValueError):
@@ -21,10 +22,25 @@ def _no_constants(name: str) -> Any:
     raise FrameError(f"{name} is not JSON; send numbers as finite decimals.")
 
 
+def _finite_float(text: str) -> float:
+    # 1e400 is valid JSON but overflows to Infinity, which no reply could carry back
+    value = float(text)
+    if not math.isfinite(value):
+        raise FrameError(f"The number {text[:40]} is too large; send numbers as finite decimals.")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise FrameError(f"A number in the frame has {digits} digits; the limit is {MAX_INT_DIGITS}.")
+    return int(text)
+
+
 def parse_frame(raw: str | bytes) -> Any:
     """The frame's JSON value; FrameError when it is not strict JSON or nests too deeply."""
     try:
-        value = json.loads(raw, parse_constant=_no_constants)
+        value = json.loads(raw, parse_constant=_no_constants, parse_float=_finite_float, parse_int=_bounded_int)
     except FrameError:
         raise
     except RecursionError:

@@ -239,7 +239,7 @@ def serve(conn: Connection, ws: Any) -> None:
             next_ping = now + PING_SECS
         if now - checked >= REVERIFY_SECS:
             checked = now
-            if token is not None and pairing().verify(token) is None:  # revoked while connected: hang up
+            if token is not None and revoked(token, conn):  # revoked while connected: hang up
                 conn.error("not_paired", "This device's pairing was revoked; pair it again.")
                 conn.hang_up(1008, "pairing revoked")
                 return
@@ -247,6 +247,17 @@ def serve(conn: Connection, ws: Any) -> None:
             conn.slot.keep()
         if raw is not None:
             conn.handle(raw)
+
+
+def revoked(token: str, conn: Connection) -> bool:
+    """True when the device's token is known to be revoked. A database or Redis error is not a
+    verdict: the socket stays and the next check decides, so an outage does not drop every client."""
+    try:
+        return pairing().verify(token) is None
+    except (SQLAlchemyError, redis.RedisError) as exc:
+        log.warning("could not re-check the device token on %s:%s: %s", conn.channel, conn.chat_id,
+                    type(exc).__name__)
+        return False
 
 
 def keep_alive(conn: Connection, ws: Any) -> bool:

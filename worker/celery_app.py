@@ -10,7 +10,10 @@ from celery import Celery, signals
 from picobot.config import Config
 from picobot.runtime.redis_url import resolve_redis_url
 from picobot.runtime.services import Runtime, build_runtime
-from picobot.runtime.task_names import QUEUE_MAINTENANCE, QUEUE_TURNS, SWEEP_TASK, TURN_TASK
+from picobot.runtime.task_names import (
+    COMPACT_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB, MEMORY_MAINTENANCE_TASK, QUEUE_MAINTENANCE,
+    QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK, SWEEP_TASK, TURN_TASK,
+)
 from worker import tasks
 from worker.queue import CeleryTaskQueue
 
@@ -49,7 +52,9 @@ def make_celery(config: Config) -> PicoCelery:
         task_ignore_result=True,
         task_acks_late=False,  # recovery is the sweeper's job, from SQL, not the broker's
         task_default_queue=QUEUE_TURNS,
-        task_routes={TURN_TASK: {"queue": QUEUE_TURNS}, SWEEP_TASK: {"queue": QUEUE_MAINTENANCE}},
+        task_routes={TURN_TASK: {"queue": QUEUE_TURNS}, SWEEP_TASK: {"queue": QUEUE_MAINTENANCE},
+                     COMPACT_TASK: {"queue": QUEUE_MAINTENANCE}, SUBAGENT_TASK: {"queue": QUEUE_SUBAGENTS},
+                     MEMORY_MAINTENANCE_TASK: {"queue": QUEUE_MAINTENANCE}},
         task_serializer="json", accept_content=["json"],
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
@@ -62,12 +67,26 @@ def make_celery(config: Config) -> PicoCelery:
         beat_max_loop_interval=max(1, min(5, int(sweep_every))),
         beat_schedule={
             SWEEP_TASK: {"task": SWEEP_TASK, "schedule": sweep_every, "options": {"queue": QUEUE_MAINTENANCE, "expires": sweep_every * 3}},
+            **_memory_maintenance_entry(config),
         },
         timezone=config.time.timezone,
     )
     tasks.register(app, lambda: app.runtime)
     signals.worker_ready.connect(_on_worker_ready, sender=None, weak=False)
     return app
+
+
+def _memory_maintenance_entry(config: Config) -> dict:
+    """Every 4 hours in time.timezone; a plain beat entry until scheduled jobs live in SQL."""
+    if not (config.memory.enabled and config.memory.maintenance_enabled):
+        return {}
+    from celery.schedules import crontab
+
+    minute, hour, day, month, weekday = MEMORY_MAINTENANCE_CRON.split()
+    schedule = crontab(minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday)
+    # expires: a run the workers could not start within the hour is dropped, not piled up behind the next
+    return {MEMORY_MAINTENANCE_JOB: {"task": MEMORY_MAINTENANCE_TASK, "schedule": schedule,
+                                     "options": {"queue": QUEUE_MAINTENANCE, "expires": 3600}}}
 
 
 def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def]

@@ -6,9 +6,12 @@ from typing import TYPE_CHECKING, Callable
 
 from celery import Celery
 
+from picobot.memory.compactor import run_background
+from picobot.memory.maintenance import run_maintenance
 from picobot.runtime.sweeper import sweep
-from picobot.runtime.task_names import SWEEP_TASK, TURN_TASK
+from picobot.runtime.task_names import COMPACT_TASK, MEMORY_MAINTENANCE_TASK, SUBAGENT_TASK, SWEEP_TASK, TURN_TASK
 from picobot.runtime.turn_runner import drain_session
+from picobot.subagents.background import run_background_run
 
 if TYPE_CHECKING:
     from picobot.runtime.services import Runtime
@@ -26,3 +29,18 @@ def register(app: Celery, runtime: Callable[[], "Runtime"]) -> None:
     def sweep_sessions() -> dict:
         """Re-wake sessions with input but no live lease; mark dead turns interrupted."""
         return sweep(runtime())
+
+    @app.task(name=COMPACT_TASK, ignore_result=True)
+    def compact(session_id: str, force: bool = False) -> str:
+        """Fold the session's older history into a summary (see picobot.memory.compactor)."""
+        return run_background(runtime(), session_id, force=bool(force)).status
+
+    @app.task(name=MEMORY_MAINTENANCE_TASK, ignore_result=True)
+    def memory_maintenance() -> dict:
+        """Tidy the memories of the user scopes that changed, then AGENT.md's managed block."""
+        return run_maintenance(runtime()).to_dict()
+
+    @app.task(name=SUBAGENT_TASK, ignore_result=True)
+    def subagent(run_id: str) -> str:
+        """Run one background sub-agent run and deliver its result to the parent session."""
+        return run_background_run(runtime(), run_id)

@@ -8,7 +8,7 @@ final answer) and injected as real user messages.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from picobot.agent.snapshot import TurnController
@@ -16,8 +16,9 @@ from picobot.agent.tool_batch import ToolBatch, ordering
 from picobot.agent.stream import pump
 from picobot.domain.messages import ChatMessage, ToolCall, Usage, text_of
 from picobot.errors import ContextLengthExceeded, ProviderError, TurnCancelled
+from picobot.security.redact import replace_secrets
 from picobot.providers.base import ChatRequest, Completed, Provider, ReasoningDelta, TextDelta, ToolCallDelta
-from picobot.tools.base import ToolContext, ToolResult
+from picobot.tools.base import RunningAgent, ToolContext, ToolResult
 from picobot.tools.registry import ToolRegistry
 
 log = logging.getLogger("picobot.agent")
@@ -29,6 +30,9 @@ TOOL_SETTLE_SECS = 2.0
 GATE_SEAL_SECS = 1.0
 
 SteerSource = Callable[[], list[ChatMessage]]
+# Given the provider's overflow error text, compact the stored history and return the history to
+# use instead (the messages before this turn's own), or None when nothing could be folded.
+OverflowHandler = Callable[[str], "list[ChatMessage] | None"]
 
 
 @dataclass
@@ -66,9 +70,12 @@ class AgentLoop:
         self.provider = provider
         self.tools = tools
         self.settings = settings
+        self._on_overflow: OverflowHandler | None = None
 
     def run(self, history: list[ChatMessage], new: list[ChatMessage], ctx: ToolContext,
-            controller: TurnController, steer: SteerSource) -> LoopResult:
+            controller: TurnController, steer: SteerSource, on_overflow: OverflowHandler | None = None) -> LoopResult:
+        self._on_overflow = on_overflow  # used once per turn: a second overflow goes to the trim
+        ctx.agent = RunningAgent(self.provider, self.tools, self.settings, controller)  # for sub-agents
         result = LoopResult(messages=new, usage=Usage())
         try:
             self._loop(history, result, ctx, controller, steer)
@@ -119,12 +126,30 @@ class AgentLoop:
         messages = history + result.messages
         try:
             return self._stream_once(messages, result, ctx, controller)
-        except ContextLengthExceeded:
+        except ContextLengthExceeded as exc:
+            if self._compacted(history, str(exc)):
+                messages = history + result.messages
+                try:
+                    return self._stream_once(messages, result, ctx, controller)
+                except ContextLengthExceeded:
+                    pass
             trimmed = trim_tool_results(messages, self.settings.context_tool_result_trim_chars)
             if trimmed == messages:
                 raise
             log.info("context too long; retrying with tool results trimmed")
             return self._stream_once(trimmed, result, ctx, controller)
+
+    def _compacted(self, history: list[ChatMessage], error: str) -> bool:
+        """Compact the stored history against the provider's limit; `history` becomes the result."""
+        handler, self._on_overflow = self._on_overflow, None
+        if handler is None:
+            return False
+        replacement = handler(error)
+        if replacement is None:
+            return False
+        log.info("context too long; retrying with the history compacted")
+        history[:] = replacement  # later rounds of this turn send the compacted history too
+        return True
 
     def _stream_once(self, messages: list[ChatMessage], result: LoopResult, ctx: ToolContext,
                      controller: TurnController) -> ChatMessage:
@@ -143,7 +168,7 @@ class AgentLoop:
             elif isinstance(event, Completed):
                 result.usage = result.usage + event.usage
                 result.last_input_tokens = event.usage.input_tokens or result.last_input_tokens
-                return event.message
+                return masked_message(event.message, ctx.secrets)
         raise ProviderError("the model's stream ended without a complete message")
 
     def _run_tools(self, calls: list[ToolCall], ctx: ToolContext, controller: TurnController) -> list[ChatMessage]:
@@ -197,3 +222,18 @@ def _provider_error_text(exc: ProviderError) -> str:
     if isinstance(exc, ContextLengthExceeded):
         return "The conversation no longer fits the model's context window. Start a new dialog with /new."
     return f"The model provider failed: {exc}"
+
+
+def masked_message(message: ChatMessage, secrets: frozenset[str]) -> ChatMessage:
+    """The model's message with configured secret values masked, in its text and its tool arguments.
+
+    A prompt-injected model may write a key it was shown into a tool call; masked here, the key is
+    never stored, published or handed to the tool.
+    """
+    if not secrets:
+        return message
+    content = message.content
+    if isinstance(content, str):
+        content = replace_secrets(content, secrets)
+    calls = [ToolCall(c.id, c.name, replace_secrets(c.arguments, secrets)) for c in message.tool_calls]
+    return replace(message, content=content, tool_calls=calls)

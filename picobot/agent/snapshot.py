@@ -6,6 +6,7 @@ import threading
 from typing import Any, Callable
 
 from picobot.domain.messages import ToolCall, text_of
+from picobot.security.redact import replace_secrets
 
 Listener = Callable[[], None]  # told that a new revision exists; pulls snapshot() when it wants
 
@@ -14,8 +15,11 @@ class TurnController:
     """The single owner of an active turn's visible state. Thread-safe."""
 
     def __init__(self, session_id: str, turn_id: str, listener: Listener | None = None,
-                 show_tool_results: bool = True, result_preview_chars: int = 2000):
+                 show_tool_results: bool = True, result_preview_chars: int = 2000,
+                 secrets: frozenset[str] = frozenset()):
         self.session_id = session_id
+        # configured secret values, masked in every snapshot: a model may echo one it was tricked into
+        self.secrets = secrets
         self.turn_id = turn_id
         self.blocks: list[dict[str, Any]] = []
         self.revision = 0
@@ -52,7 +56,7 @@ class TurnController:
     def partial_text(self) -> str:
         """What the model in flight had said so far (for a stopped turn's record)."""
         with self._lock:
-            return self._call_text
+            return replace_secrets(self._call_text, self.secrets) if self.secrets else self._call_text
 
     def tool_call_streaming(self, index: int, call_id: str | None, name: str | None, arguments: str) -> None:
         with self._lock:
@@ -96,6 +100,24 @@ class TurnController:
                 block["result"] = result[: self._preview]
             self._bump()
 
+    def subagent_started(self, run_id: str, info: dict[str, Any]) -> None:
+        """A nested block for a sub-agent run; `info` holds its type, description, status, background."""
+        with self._lock:
+            self.blocks.append({"type": "subagent", "run_id": run_id, **info, "blocks": []})
+            self._bump()
+
+    def subagent_progress(self, run_id: str, blocks: list[dict[str, Any]] | None = None, **fields: Any) -> None:
+        """The run's own blocks (a fresh list each time, never changed after) and changed fields."""
+        with self._lock:
+            block = next((b for b in reversed(self.blocks)
+                          if b["type"] == "subagent" and b.get("run_id") == run_id), None)
+            if block is None:
+                return
+            if blocks is not None:
+                block["blocks"] = blocks
+            block.update(fields)
+            self._bump()
+
     def finish(self, status: str) -> None:
         with self._lock:
             self.status = status
@@ -111,8 +133,16 @@ class TurnController:
         return {
             "type": "turn_updated", "session_id": self.session_id, "turn_id": self.turn_id,
             "revision": self.revision, "status": self.status, "inbound_seqs": list(self.inbound_seqs),
-            "blocks": [dict(b) for b in self.blocks],
+            "blocks": [self._masked(b) for b in self.blocks],
         }
+
+    def _masked(self, block: dict[str, Any]) -> dict[str, Any]:
+        out = dict(block)
+        if self.secrets:
+            for key in ("text", "arguments", "result"):
+                if isinstance(out.get(key), str):
+                    out[key] = replace_secrets(out[key], self.secrets)
+        return out
 
     def _append_text(self, kind: str, text: str) -> None:
         if not text:

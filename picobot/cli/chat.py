@@ -53,6 +53,9 @@ class ChatClient:
 
     def __init__(self, url: str, chat_id: str, ready_timeout: float, headers: list[str] | None = None):
         self.url = url
+        if not url.lower().startswith(("ws://", "wss://")):
+            raise GatewayUnavailable(f"the gateway URL must start with ws:// or wss:// (e.g. "
+                                     f"ws://127.0.0.1:19876/ws), not {_one_line(url)[:100]!r}")
         deadline = time.monotonic() + ready_timeout
         query = urlencode({"chat_id": chat_id, "channel": "cli_chat"})
         try:

@@ -1,4 +1,4 @@
-"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, health, config, migrate.
+"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, health, config, migrate.
 
 Each command imports what it needs when it runs: `picobot chat -m` starts once per message, and
 the schema, the storage and the pairing stack would cost most of its time.
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from picobot.cli.memory import add_parser as add_memory_parser
 from picobot.cli.pair import add_parser as add_pair_parser
 from picobot.errors import ConfigError
 
@@ -139,6 +140,12 @@ def cmd_pair(args: argparse.Namespace) -> int:
     return run(_config(), args)
 
 
+def cmd_memory(args: argparse.Namespace) -> int:
+    from picobot.cli.memory import run
+
+    return run(_config(), args)
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     from picobot.runtime.health import check_health
     from picobot.runtime.services import build_runtime
@@ -213,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "on the server itself the terminal pairs on its own")
         c.set_defaults(fn=cmd_chat)
     add_pair_parser(sub).set_defaults(fn=cmd_pair)
+    add_memory_parser(sub).set_defaults(fn=cmd_memory)
     h = sub.add_parser("health", help="check database, Redis, workers, beat and provider")
     h.add_argument("--json", action="store_true")
     h.set_defaults(fn=cmd_health)

@@ -287,9 +287,35 @@ class SkillsConfig(_Section):
     max_listed_skills: int = Field(default=32, ge=0)
 
 
+class MemoryConfig(_Section):
+    enabled: bool = True
+    recall_limit: int = Field(default=5, ge=0, le=50)  # knowledge entries recalled into each turn; 0 = off
+    max_content_chars: int = Field(default=4000, gt=0, le=100_000)  # one memory's content
+    # Memory maintenance (docs/MEMORY.md): the scheduled pass, and its bounds per run.
+    maintenance_enabled: bool = True
+    maintenance_max_entries_per_scope: int = Field(default=100, ge=2, le=1000)  # newest first; older wait
+    maintenance_max_scopes_per_run: int = Field(default=20, ge=1, le=10_000)  # the rest go next run
+    maintenance_summary_max_chars: int = Field(default=2000, ge=100, le=20_000)  # one scope's summary
+
+    _maintenance_counts = field_validator("maintenance_max_entries_per_scope", "maintenance_max_scopes_per_run",
+                                          "maintenance_summary_max_chars", mode="before")(_count_not_bool)
+
+
 class SubagentsConfig(_Section):
     enabled: bool = True
     sources: list[Literal["user", "project"]] = Field(default_factory=lambda: ["user", "project"])
+    # Limits of every run; a definition's max_execution_secs can only lower timeout_secs.
+    max_depth: int = Field(default=2, ge=1, le=8)  # 1: sub-agents cannot delegate further
+    max_children_per_turn: int = Field(default=8, ge=1, le=64)  # runs one agent may start in one turn
+    max_iterations: int = Field(default=30, ge=1, le=1000)  # tool rounds of one run
+    timeout_secs: float = Field(default=600.0, gt=0, le=86_400)
+
+    @field_validator("max_depth", "max_children_per_turn", "max_iterations", mode="before")
+    @classmethod
+    def _whole_number(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # pydantic would read true as 1
+            raise ValueError("must be a whole number, not true/false")
+        return value
 
 
 McpType = Literal["stdio", "streamableHttp", "http", "sse"]
@@ -451,6 +477,7 @@ class Config(_Section):
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict, alias="mcpServers")
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     time: TimeConfig = Field(default_factory=TimeConfig)

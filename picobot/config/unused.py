@@ -33,13 +33,11 @@ class UnusedKey:
 
 
 UNUSED_KEYS: tuple[UnusedKey, ...] = (
-    UnusedKey("providers.*.memory_maintenance_timeout_secs", "there is no memory maintenance yet"),
     UnusedKey("agents.*", "only the default agent answers; channels and scheduled jobs, which pick agents "
               "by name, are not built yet", acted_on=("default",)),
     UnusedKey("gateway.session_ttl_secs", "the scheduler's session_cleanup job it is for is not built yet"),
     UnusedKey("scheduler.*", "the job scheduler is not built yet: no job runs"),
     UnusedKey("channels.*", "no channel adapters (Feishu, Telegram, ...) are built yet"),
-    UnusedKey("subagents.*", "sub-agents are not built yet"),
 )
 
 

@@ -12,8 +12,10 @@ from picobot.gateway.inbound import InboundMessage, Reply
 from picobot.gateway.limits import RateLimits
 from picobot.runtime import control
 from picobot.runtime.health import check_health
+from picobot.storage import compaction as compaction_sql
 from picobot.storage import inbound, messages, sessions, turns
 from picobot.storage.models import SessionRow
+from picobot.subagents.control import stop_session_runs
 
 if TYPE_CHECKING:
     from picobot.runtime.services import Runtime
@@ -25,7 +27,8 @@ HELP = """Commands:
   /rename <title>       rename the current dialog
   /archive              archive the current dialog
   /delete               delete the current dialog
-  /info [--json]        dialog, token totals and context-window use
+  /info [--json]        dialog, token totals, context-window use, compaction
+  /compact              fold older history into a summary now (in the background)
   /dump                 the current dialog as Markdown
   /health               check PicoBot's dependencies
   /mcp                  MCP servers: state, tool count, last error
@@ -155,17 +158,41 @@ def session_info(rt: "Runtime", row: SessionRow, message_count: int) -> dict:
     }
 
 
+def compaction_info(rt: "Runtime", s, row: SessionRow, window: int) -> dict:  # type: ignore[no-untyped-def]
+    """How often the dialog was compacted, when last, whether one runs now, and where it would start."""
+    from picobot.memory.compaction import TRIGGER_FRACTION
+    from picobot.runtime.keys import compacting
+
+    count, last = compaction_sql.summary_stats(s.connection(), row.id)
+    try:
+        running = bool(rt.redis.exists(compacting(row.id)))
+    except Exception:  # Redis away: /info still answers from SQL
+        running = False
+    return {"compactions": count, "last_compacted_at": last, "active_from_position": row.compacted_before,
+            "running": running, "threshold_tokens": int(window * TRIGGER_FRACTION)}
+
+
+def _compaction_line(c: dict) -> str:
+    if c["compactions"]:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c["last_compacted_at"] or 0))
+        text = f"Compaction: {c['compactions']} so far, last at {when}"
+    else:
+        text = f"Compaction: none yet (runs after a turn above ~{c['threshold_tokens']} estimated tokens, or /compact)"
+    return text + ("; one is running now" if c["running"] else "")
+
+
 def cmd_info(ctx: CommandContext, arg: str) -> Reply:
     with ctx.rt.db.write() as s:
         row = _current(ctx, s)
         info = session_info(ctx.rt, row, messages.count(s, row.id))
+        info["compaction"] = compaction_info(ctx.rt, s, row, info["context_window_tokens"])
     if "--json" in arg:
         return Reply("command", session_id=info["session_id"], data=info, text=json.dumps(info, indent=2))
     text = (f"Dialog {info['dialog_id']} ({info['title'] or 'untitled'}) — {info['session_id']}\n"
             f"Messages: {info['messages']}\n"
             f"Tokens: {info['input_tokens']} in / {info['output_tokens']} out\n"
             f"Context window: {info['context_tokens']} / {info['context_window_tokens']} "
-            f"({info['context_used_pct']}%)")
+            f"({info['context_used_pct']}%)\n{_compaction_line(info['compaction'])}")
     return Reply("command", session_id=info["session_id"], data=info, text=text)
 
 
@@ -194,6 +221,16 @@ def cmd_dump(ctx: CommandContext, arg: str) -> Reply:
     path.write_text(md, encoding="utf-8")
     return Reply("command", session_id=sid, data={"markdown": md, "path": str(path)},
                  text=f"{md}\n\n(saved to {path.name} in the dumps folder)")
+
+
+def cmd_compact(ctx: CommandContext, arg: str) -> Reply:
+    with ctx.rt.db.write() as s:
+        sid = _current(ctx, s).id
+    ctx.rt.queue.enqueue_compaction(sid, force=True)
+    return Reply("command", session_id=sid, data={"queued": True},
+                 text="Compacting this dialog in the background: older messages become a [Compressed History] "
+                      "summary and the last 3 user turns stay whole. The summary shows in the history when it is "
+                      "done (/info shows the state). With 3 user turns or fewer there is nothing to fold.")
 
 
 def cmd_help(ctx: CommandContext, arg: str) -> Reply:
@@ -231,6 +268,7 @@ def cmd_stop(ctx: CommandContext, arg: str) -> Reply:
         running = turns.running_ids(s.connection(), row.id)
         sid = row.id
     control.request_stop(ctx.rt.redis, running)
+    stop_session_runs(ctx.rt.db, ctx.rt.redis, sid)  # sub-agent runs of the dialog, background ones too
     return Reply("command", session_id=sid, data={"cleared": cleared},
                  text=f"Stopping the current turn; cleared {cleared} waiting message(s).")
 
@@ -239,5 +277,5 @@ COMMANDS: dict[str, Handler] = {
     "/new": cmd_new, "/sessions": cmd_sessions, "/switch": cmd_switch, "/use": cmd_switch,
     "/rename": cmd_rename, "/archive": cmd_archive, "/delete": cmd_delete, "/info": cmd_info,
     "/dump": cmd_dump, "/help": cmd_help, "/?": cmd_help, "/health": cmd_health, "/queue": cmd_queue,
-    "/stop": cmd_stop, "/mcp": cmd_mcp,
+    "/stop": cmd_stop, "/mcp": cmd_mcp, "/compact": cmd_compact,
 }

@@ -36,9 +36,9 @@ def _script(r: redis.Redis, source: str) -> Any:
 
 
 class Lease:
-    def __init__(self, r: redis.Redis, session_id: str, ttl_secs: float):
+    def __init__(self, r: redis.Redis, session_id: str, ttl_secs: float, key: str | None = None):
         self.r = r
-        self.key = keys.lease(session_id)
+        self.key = key or keys.lease(session_id)  # another key: a lease on other work of the session
         self.token = secrets.token_hex(12)
         self.ttl_ms = max(1000, int(ttl_secs * 1000))
 

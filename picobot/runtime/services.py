@@ -22,6 +22,8 @@ from picobot.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from picobot.mcp import McpManager
+    from picobot.memory import MemoryStore
+    from picobot.memory.knowledge import KnowledgeBase
     from picobot.skills import SkillCatalog
     from picobot.tools.base import Tool
 
@@ -30,6 +32,10 @@ class TaskQueue(Protocol):
     """The one seam to the task system (Celery in production)."""
 
     def enqueue_turn(self, session_id: str) -> None: ...
+
+    def enqueue_compaction(self, session_id: str, force: bool = False) -> None: ...
+
+    def enqueue_subagent(self, run_id: str) -> None: ...
 
 
 def connect_redis(url: str) -> redis.Redis:
@@ -112,12 +118,49 @@ class Runtime:
         return mcp.statuses() if mcp is not None else []
 
     def _extra_tools(self) -> list[Tool]:
+        return self._skill_tools() + self._memory_tools() + self._subagent_tools()
+
+    def _subagent_tools(self) -> list[Tool]:
+        if not self.config.subagents.enabled:
+            return []
+        from picobot.subagents.tool import TaskTool
+
+        return [TaskTool(self)]
+
+    def _skill_tools(self) -> list[Tool]:
         if self.skills is None:
             return []
         from picobot.skills.events import SkillEvents
         from picobot.tools.skills import skill_tools
 
         return skill_tools(self.skills, SkillEvents(self.db))
+
+    def _memory_tools(self) -> list[Tool]:
+        if self.memory is None or self.knowledge is None:
+            return []
+        from picobot.tools.knowledge import knowledge_tools
+        from picobot.tools.memory import memory_tools
+
+        return memory_tools(self.memory) + knowledge_tools(self.knowledge)
+
+    @cached_property
+    def memory(self) -> "MemoryStore | None":
+        """The long-term memory store; None when `memory.enabled` is false."""
+        if not self.config.memory.enabled:
+            return None
+        from picobot.memory import MemoryStore
+
+        return MemoryStore(self.db, self.config.memory.max_content_chars)
+
+    @cached_property
+    def knowledge(self) -> "KnowledgeBase | None":
+        """The knowledge documents of the workspace (written there) and the home; None when memory is off."""
+        if not self.config.memory.enabled:
+            return None
+        from picobot.memory.knowledge import KnowledgeBase
+
+        workspace = self.config.workspace_path() / "knowledge"
+        return KnowledgeBase([("workspace", workspace), ("home", self.config.home / "knowledge")], workspace)
 
     @cached_property
     def skills(self) -> "SkillCatalog | None":

@@ -17,6 +17,7 @@ from picobot.runtime.heartbeat import worker_turns
 from picobot.runtime.lease import Lease, is_held
 from picobot.runtime.services import Runtime
 from picobot.storage import inbound, turns
+from picobot.subagents.recovery import recover_runs
 
 log = logging.getLogger("picobot.sweeper")
 
@@ -26,6 +27,7 @@ GRACE_SECS = 2.5  # a live worker re-takes a lost lease within ~1 s and re-beats
 
 def sweep(rt: Runtime) -> dict[str, int]:
     rt.redis.set(keys.SWEEP_LAST, repr(time.time()), ex=3600)
+    recover_runs(rt)  # sub-agent runs of dead workers; a background one's report is input for the check below
     with rt.db.read() as s:
         candidates = [sid for sid in inbound.sessions_with_work(s.connection()) if not is_held(rt.redis, sid)]
         stale = [t.session_id for t in turns.running(s) if not is_held(rt.redis, t.session_id)]

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 TURN_TASK = "picobot.turn"
 SWEEP_TASK = "picobot.sweep"
+COMPACT_TASK = "picobot.compact"  # context compaction of one session, on the maintenance queue
+SUBAGENT_TASK = "picobot.subagent"  # one background sub-agent run, on the subagents queue
+MEMORY_MAINTENANCE_TASK = "picobot.memory_maintenance"  # tidy the user scopes' memories, on the maintenance queue
+# The beat entry that runs it every 4 hours (the seed's job id; a plain beat entry, not a scheduler job).
+MEMORY_MAINTENANCE_JOB = "builtin.memory_maintenance_daily"
+MEMORY_MAINTENANCE_CRON = "0 */4 * * *"
 
 QUEUE_TURNS = "turns"
-QUEUE_MAINTENANCE = "maintenance"  # sweeps now; compression and memory upkeep later
-ALL_QUEUES = (QUEUE_TURNS, QUEUE_MAINTENANCE)
+QUEUE_MAINTENANCE = "maintenance"  # sweeps, context compaction, memory maintenance
+QUEUE_SUBAGENTS = "subagents"  # background sub-agent runs: long, so kept off the turns queue
+ALL_QUEUES = (QUEUE_TURNS, QUEUE_MAINTENANCE, QUEUE_SUBAGENTS)
 WORKER_QUEUES = ",".join(ALL_QUEUES)  # `celery worker -Q` for a worker that takes every kind of work

@@ -17,8 +17,9 @@ from picobot.agent.loop import AgentLoop, LoopResult, LoopSettings
 from picobot.agent.snapshot import TurnController
 from picobot.config.workspace import chat_workspace
 from picobot.domain.cancel import CancelToken
-from picobot.domain.messages import MARKER_TURN_ERROR, MARKER_TURN_STOPPED, ChatMessage, Usage
-from picobot.errors import ConfigError
+from picobot.domain.messages import MARKER_TURN_ERROR, MARKER_TURN_STOPPED, ChatMessage, Usage, text_of
+from picobot.errors import ConfigError, ToolError
+from picobot.memory import compaction, compactor
 from picobot.runtime import attempts
 from picobot.runtime.lease import Lease
 from picobot.runtime.services import Runtime
@@ -66,6 +67,8 @@ class _Claimed:
     chat_id: str
     agent: str
     user_turns: int
+    compacted: bool = False  # the session has a compaction boundary
+
 
 
 # Stop draining: a turn of this session still runs in SQL (its worker may only have lost the
@@ -96,7 +99,8 @@ def _claim(rt: Runtime, session_id: str) -> "_Claimed | None | object":
             stored = messages.load(conn, session_id, sess.compacted_before)
             rt.history.put(session_id, sess.next_position, sess.compacted_before, stored)
     history = [m for m in messages.repair_tool_chains(stored) if m.marker not in HIDDEN_FROM_MODEL]
-    return _Claimed(turn_id, rows, history, sess.channel, sess.chat_id, sess.agent, sess.user_turns)
+    return _Claimed(turn_id, rows, history, sess.channel, sess.chat_id, sess.agent, sess.user_turns,
+                    sess.compacted_before is not None)
 
 
 def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> "bool | object":
@@ -121,7 +125,8 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> "bool | object
 
 def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed") -> bool:
     cancel = CancelToken()
-    controller = TurnController(session_id, claimed.turn_id, show_tool_results=rt.config.gateway.show_tool_results)
+    controller = TurnController(session_id, claimed.turn_id, show_tool_results=rt.config.gateway.show_tool_results,
+                                secrets=rt.secrets)
     turn_key = f"{session_id}#{claimed.turn_id}"
     controller.listener = rt.publisher.snapshot_listener(turn_key, controller.snapshot)
     watched = rt.supervisor.watch(claimed.turn_id, lease, cancel)
@@ -142,6 +147,14 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
         committed = False
     else:
         committed = _commit(rt, claimed, session_id, result)
+    _finish(rt, session_id, claimed, controller, turn_key, result, committed)
+    if committed:  # after the answer is out: the cheap estimate, maybe a background compaction
+        compactor.schedule_if_needed(rt, session_id, claimed.agent, claimed.history + result.messages)
+    return committed
+
+
+def _finish(rt: Runtime, session_id: str, claimed: "_Claimed", controller: TurnController, turn_key: str,
+            result: LoopResult, committed: bool) -> None:
     status = result.status if committed else "interrupted"
     controller.finish(status)
     seqs = list(dict.fromkeys([r.seq for r in claimed.rows] + controller.inbound_seqs))
@@ -153,7 +166,6 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
         "inbound_seqs": seqs if committed else [],
         "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
     }, last_snapshot=controller.snapshot())
-    return committed
 
 
 def _abandon(rt: Runtime, session_id: str, turn_id: str, why: str) -> dict[str, Any] | None:
@@ -186,7 +198,7 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
             resolved_prompt = cfg.agent(claimed.agent).agent.system_prompt
         except ConfigError:
             pass
-        new.append(agent_prompt(cfg.home, resolved_prompt))
+        new.append(agent_prompt(cfg.home, resolved_prompt, _scope_of(claimed)))
     for row in claimed.rows:
         new.append(ChatMessage(role="user", content=row.content))
         controller.user(row.seq, row.content)
@@ -213,14 +225,69 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
         session_id=session_id, channel=claimed.channel, chat_id=claimed.chat_id,
         sender_id=claimed.rows[0].sender_id, turn_id=claimed.turn_id, workspace=workspace, cancel=cancel,
         timezone=cfg.time.timezone, send_message=SessionMessenger(rt, session_id, claimed.channel, claimed.chat_id),
-        settings=cfg.tools.model_dump(), secrets=rt.secrets,
+        settings=cfg.tools.model_dump(), secrets=rt.secrets, inbound_seq=claimed.rows[0].seq,
     )
-    history = [runtime_note(cfg.time.timezone, claimed.channel, workspace, rt.skill_index())] + claimed.history
+    note = runtime_note(cfg.time.timezone, claimed.channel, workspace, rt.skill_index())
+    recalled = _recalled(rt, claimed)  # sent right before this turn's new messages, never stored
+    history = [note] + _restored(rt, claimed) + claimed.history + recalled
 
     def steer() -> list[ChatMessage]:
         return _drain_steer(rt, session_id, claimed.turn_id, controller)
 
-    return AgentLoop(provider, rt.tools(), settings).run(history, new, ctx, controller, steer)
+    def on_overflow(error: str) -> list[ChatMessage] | None:
+        compacted = _compact_now(rt, session_id, claimed, error, cancel)
+        return None if compacted is None else [note] + compacted + recalled
+
+    return AgentLoop(provider, rt.tools(), settings).run(history, new, ctx, controller, steer, on_overflow)
+
+
+def _restored(rt: Runtime, claimed: _Claimed) -> list[ChatMessage]:
+    """`[Previous Context]` for a compacted session whose active history lacks its summary."""
+    if not claimed.compacted or compaction.has_summary(claimed.history):
+        return []
+    restored = compactor.previous_context(rt, claimed.channel, claimed.rows[0].sender_id)
+    return [restored] if restored is not None else []
+
+
+def _compact_now(rt: Runtime, session_id: str, claimed: _Claimed, error: str,
+                 cancel: CancelToken) -> list[ChatMessage] | None:
+    """The model said the turn does not fit: compact in this thread against its limit, then reload.
+
+    The turn's own input counts as one of the user turns kept whole, so one fewer stored one is kept.
+    """
+    outcome = compactor.compact_session(rt, session_id, force=True, limit_tokens=compaction.context_limit(error),
+                                        keep=compaction.KEEP_USER_TURNS - 1, cancel=cancel)
+    if outcome.status not in ("compacted", "lost"):  # lost: another compaction won; its result is stored
+        return None
+    stored = compactor.active_history(rt, session_id)
+    claimed.history = [m for m in stored if m.marker not in HIDDEN_FROM_MODEL]
+    return claimed.history
+
+
+def _scope_of(claimed: _Claimed) -> str | None:
+    """The sender's memory scope (whose section of AGENT.md's memory block the prompt keeps), if any."""
+    from picobot.memory import scope_key_for
+
+    try:
+        return scope_key_for(claimed.channel, claimed.rows[0].sender_id)
+    except ToolError:
+        return None
+
+
+def _recalled(rt: Runtime, claimed: _Claimed) -> list[ChatMessage]:
+    """The user's knowledge memories matching this turn's text, as a runtime note (0 or 1 message)."""
+    if rt.memory is None:
+        return []
+    from picobot.memory import scope_key_for
+    from picobot.memory.recall import recall_note
+
+    try:
+        scope = scope_key_for(claimed.channel, claimed.rows[0].sender_id)
+    except ToolError:  # no sender to remember anything for
+        return []
+    text = "\n".join(text_of(r.content) for r in claimed.rows)
+    note = recall_note(rt.memory, scope, text, rt.config.memory.recall_limit)
+    return [note] if note is not None else []
 
 
 def _drain_steer(rt: Runtime, session_id: str, turn_id: str, controller: TurnController) -> list[ChatMessage]:

@@ -58,6 +58,15 @@ def redact(text: str, secrets: Iterable[str], *, mask: str = MASK) -> str:
     return mask_text(text, mask=mask)
 
 
+def replace_secrets(text: str, secrets: Iterable[str], *, mask: str = MASK) -> str:
+    """`text` with only the known secret values replaced (no pattern guessing): for text the
+    model wrote, such as tool arguments, where a credential-shaped string may be legitimate."""
+    for secret in sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, mask)
+    return text
+
+
 def header_secrets(headers: Mapping[str, str]) -> set[str]:
     """Values of credential headers, and the token part of `Bearer <token>` and the like."""
     found: set[str] = set()

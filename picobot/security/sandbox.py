@@ -96,14 +96,27 @@ def bwrap_argv(bwrap: str, workspace: Path, homes: Sequence[Path], command: Sequ
     argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     argv += _system_mounts()
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # A home inside anything bound (/opt or /etc for a system-wide install, or the workspace) would
+    # be visible there: an empty tmpfs over it hides it. Each is laid right after the binds that
+    # expose it, so a workspace inside such a home is bound again on top.
+    argv += _hide(homes, _system_dirs())
     for path in extra_ro:
         argv += ["--ro-bind", str(path), str(path)]
+    argv += _hide(homes, extra_ro)
     ws = str(workspace)
     argv += ["--bind", ws, ws]
-    for home in homes:
-        if _covers(workspace, home):  # the home lies in (or is) the workspace: hide it anyway
-            argv += ["--tmpfs", str(home)]
+    argv += _hide(homes, [workspace])
     argv += ["--chdir", ws, "--", *command]
+    return argv
+
+
+def _hide(homes: Sequence[Path], folders: Sequence[Path]) -> list[str]:
+    """bwrap arguments that put an empty tmpfs over each home lying in (or being) one of `folders`."""
+    argv: list[str] = []
+    for home in homes:
+        hidden = next(filter(None, (_covered(folder, home) for folder in folders)), None)
+        if hidden is not None:
+            argv += ["--tmpfs", str(hidden)]
     return argv
 
 
@@ -121,12 +134,20 @@ def _system_mounts() -> list[str]:
     return argv
 
 
-def _covers(workspace: Path, home: Path) -> bool:
+def _system_dirs() -> list[Path]:
+    """The host folders _system_mounts binds (read-only) into the sandbox."""
+    dirs = [*_SYSTEM_DIRS, *_OPTIONAL_DIRS]
+    dirs += [path for path in _TOP_LINKS if not os.path.islink(path) and os.path.isdir(path)]
+    return [Path(path) for path in dirs]
+
+
+def _covered(folder: Path, home: Path) -> Path | None:
+    """The home's real path when it lies in (or is) `folder`, else None."""
     try:
-        ws, h = workspace.resolve(), home.resolve()
+        real_folder, real_home = folder.resolve(), home.resolve()
     except (OSError, RuntimeError):
-        return False
-    return h == ws or h.is_relative_to(ws)
+        return None
+    return real_home if real_home == real_folder or real_home.is_relative_to(real_folder) else None
 
 
 def sandbox_env(env: dict[str, str], workspace: Path) -> dict[str, str]:
@@ -168,13 +189,20 @@ def serve(c):
         return
     threading.Thread(target=pump, args=(c, u), daemon=True).start()
     pump(u, c)
+parent = os.getpid()
 if os.fork() == 0:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    while True:
-        conn, _ = srv.accept()
+    srv.settimeout(1.0)
+    while os.getppid() == parent:  # the command ended (or was killed): so does the forwarder
+        try:
+            conn, _ = srv.accept()
+        except OSError:
+            continue
+        conn.settimeout(None)
         threading.Thread(target=serve, args=(conn,), daemon=True).start()
+    os._exit(0)
 srv.close()
 os.execvp(argv[0], argv)
 """

@@ -78,13 +78,15 @@ def newest(conn: Connection, session_id: str, limit: int) -> list[Any]:
 
 def load(conn: Connection, session_id: str, since: int | None) -> list[ChatMessage]:
     """The stored messages from position `since` on, as stored (no repair)."""
-    return [
-        ChatMessage(role=r.role, content=r.content if r.content is not None else "",
-                    tool_calls=[ToolCall.from_dict(c) for c in r.tool_calls or []], tool_call_id=r.tool_call_id,
-                    name=r.name, reasoning_content=r.reasoning_content, provider_state=r.provider_state,
-                    marker=r.marker, is_error=bool(r.is_error))
-        for r in conn.execute(_HISTORY, {"sid": session_id, "since": since or 0})
-    ]
+    return [from_row(r) for r in conn.execute(_HISTORY, {"sid": session_id, "since": since or 0})]
+
+
+def from_row(r: Any) -> ChatMessage:
+    """A ChatMessage from a row with the message columns."""
+    return ChatMessage(role=r.role, content=r.content if r.content is not None else "",
+                       tool_calls=[ToolCall.from_dict(c) for c in r.tool_calls or []], tool_call_id=r.tool_call_id,
+                       name=r.name, reasoning_content=r.reasoning_content, provider_state=r.provider_state,
+                       marker=r.marker, is_error=bool(r.is_error))
 
 
 def load_history(conn: Connection, session_id: str) -> list[ChatMessage]:

@@ -195,3 +195,93 @@ class SkillEventRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (Index("ix_skill_events_skill", "skill", "id"),)
+
+
+class MemoryRow(Base):
+    """A long-term memory of one user scope (see picobot/memory). `search_text` is the jieba-segmented
+    key and content that the full-text indexes cover (SQLite FTS5 table `memories_fts`, PostgreSQL GIN)."""
+
+    __tablename__ = "memories"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    scope: Mapped[str] = mapped_column(String(16), default="user")
+    scope_key: Mapped[str] = mapped_column(String(320))  # channel:sender_id, or "owner"
+    namespace: Mapped[str] = mapped_column(String(64))
+    memory_key: Mapped[str] = mapped_column(String(200))
+    content: Mapped[str] = mapped_column(Text)
+    category: Mapped[str] = mapped_column(String(16), default="knowledge")  # knowledge | timeline
+    importance: Mapped[float] = mapped_column(Float, default=0.5)
+    search_text: Mapped[str] = mapped_column(Text, default="")
+    session_id: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    message_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    turn_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    channel: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    chat_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    source_type: Mapped[str] = mapped_column(String(32), default="tool")  # tool | web | compaction | ...
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        UniqueConstraint("scope_key", "namespace", "memory_key", name="uq_memories_scope_key"),
+        Index("ix_memories_scope_category", "scope_key", "category", "updated_at"),
+    )
+
+
+RUN_QUEUED = "queued"
+RUN_RUNNING = "running"
+RUN_COMPLETED = "completed"
+RUN_FAILED = "failed"
+RUN_CANCELLED = "cancelled"
+RUN_INTERRUPTED = "interrupted"
+RUN_ACTIVE = (RUN_QUEUED, RUN_RUNNING)
+
+
+class AgentRunRow(Base):
+    """One sub-agent run (the `task` tool): what it was asked, with which definition, and how it ended."""
+
+    __tablename__ = "agent_runs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))  # the user's dialog
+    turn_id: Mapped[str] = mapped_column(String(64))  # the session's turn whose tree it belongs to
+    parent_run_id: Mapped[str | None] = mapped_column(String(32), nullable=True)  # None: started by the main agent
+    depth: Mapped[int] = mapped_column(Integer, default=1)
+    background: Mapped[bool] = mapped_column(Boolean, default=False)
+    subagent_type: Mapped[str] = mapped_column(String(64))
+    definition: Mapped[dict[str, Any]] = mapped_column(JSON)  # snapshot: source, tools, limits, prompt hash
+    description: Mapped[str] = mapped_column(Text, default="")
+    prompt: Mapped[str] = mapped_column(Text, default="")
+    sender_id: Mapped[str] = mapped_column(String(256), default="")
+    status: Mapped[str] = mapped_column(String(16), default=RUN_QUEUED)
+    result: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    worker: Mapped[str] = mapped_column(String(256), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (
+        Index("ix_agent_runs_session", "session_id", "created_at"),
+        Index("ix_agent_runs_status", "status"),
+        Index("ix_agent_runs_turn", "turn_id", "parent_run_id"),
+    )
+
+
+class MemoryMaintenanceStateRow(Base):
+    """Where memory maintenance left each user scope: what it saw, when, what went wrong, what it wrote.
+
+    `last_memory_change_seen` is a fingerprint of the scope's knowledge entries (count, newest
+    update, highest id): a scope whose fingerprint still matches is skipped without a model call.
+    """
+
+    __tablename__ = "memory_maintenance_state"
+
+    scope_key: Mapped[str] = mapped_column(String(320), primary_key=True)
+    last_pass_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # the last attempt, good or bad
+    last_memory_change_seen: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)  # None after a good pass
+    summary: Mapped[str] = mapped_column(Text, default="")  # this scope's part of AGENT.md's managed block
+    report: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # counts and conflicts of the last good pass

@@ -15,6 +15,16 @@ class SendMessage(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class RunningAgent:
+    """What a tool call may know of the loop running it (typed loosely: tools do not import the agent)."""
+
+    provider: Any  # picobot.providers.base.Provider
+    tools: Any  # picobot.tools.registry.ToolRegistry
+    settings: Any  # picobot.agent.loop.LoopSettings
+    events: Any  # picobot.agent.snapshot.TurnController
+
+
 @dataclass
 class ToolContext:
     session_id: str
@@ -30,6 +40,11 @@ class ToolContext:
     settings: dict[str, Any] = field(default_factory=dict)
     # Secret values (API keys, tokens) to scrub from every tool result before the model sees it.
     secrets: frozenset[str] = frozenset()
+    # The inbound sequence number of the user message this turn answers: the source of what tools record.
+    inbound_seq: int | None = None
+    # The agent loop running this call (its provider, tools, settings, snapshot), set by that loop:
+    # a delegating tool (`task`) builds a sub-agent from it. See RunningAgent.
+    agent: RunningAgent | None = None
     # Side effects (file writes, messages) pass this gate: none starts once the turn is over.
     gate: TurnGate = field(init=False, repr=False)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
@@ -66,6 +66,20 @@ class ToolRegistry:
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def narrowed(self, keep: Callable[[Tool], bool], replace: dict[str, Tool] | None = None) -> ToolRegistry:
+        """A new registry of the tools `keep` accepts, in order; `replace` swaps a kept tool for another
+        instance with the very same parameters. Validators are shared, not rebuilt: checking every
+        schema again would cost more than a sub-agent's whole start."""
+        replace = replace or {}
+        tools = {name: replace.get(name, tool) for name, tool in self._tools.items() if keep(tool)}
+        for name, tool in tools.items():
+            if tool.parameters is not self._tools[name].parameters:
+                raise ValueError(f"tool {name!r} can only be replaced by one with the same parameters")
+        child = ToolRegistry()
+        child._validators = {name: self._validators[name] for name in tools}
+        child._tools = tools
+        return child
 
     def names(self) -> list[str]:
         return list(self._tools)

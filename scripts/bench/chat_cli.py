@@ -67,13 +67,20 @@ def _sides(bench: Bench, client: WsClient, compare: Path | None) -> dict[str, Ca
 
 
 def _measure(sides: dict[str, Callable[[], float]], runs: int) -> dict[str, list[float]]:
+    """Seconds per side; a run that fails is logged and left out, and counted under "failed"."""
     for timed in sides.values():
         timed()  # unmeasured: the first chat run pairs the terminal; all warm the disk cache
     samples: dict[str, list[float]] = {name: [] for name in sides}
+    failed: list[float] = []
     log(f"measuring {runs} runs of each of {', '.join(sides)}, alternating")
     for _ in range(runs):  # alternating, so all see the same machine load
         for name, timed in sides.items():
-            samples[name].append(timed())
+            try:
+                samples[name].append(timed())
+            except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
+                log(f"{name}: run failed, left out: {exc}")
+                failed.append(1.0)
+    samples["failed"] = failed
     return samples
 
 
@@ -94,6 +101,8 @@ def _result(args: argparse.Namespace, samples: dict[str, list[float]]) -> Result
         label = f"  --compare {args.compare.name}: chat -m hello"
         res.add(f"{label}, p50", o50 * 1000, "ms", ratio=f"{o50 / c50:.2f}x this tree")
         res.add(f"{label}, p90", o90 * 1000, "ms")
+    if samples["failed"]:
+        res.notes.append(f"{len(samples['failed'])} run(s) failed and are left out (see the log above)")
     res.notes.append(f"{args.runs} runs of each after one unmeasured run, alternating; the fake LLM answers at once, "
                      "so the figure is the command's own cost plus one short turn")
     res.raw = {f"{name}_s": values for name, values in samples.items()}
