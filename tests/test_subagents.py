@@ -183,8 +183,6 @@ POOL = 2  # worker pool threads: fewer than the sub-agents some tests run at onc
 @pytest.fixture(scope="module")
 def sub_stack(tmp_path_factory: pytest.TempPathFactory, fake_llm) -> Iterator[Stack]:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("subagents")
-    from picobot.cli.embedded_redis import free_port
-
     cfg = base_config(fake_llm.url, 0)
     cfg["subagents"] = {"max_iterations": 3, "max_children_per_turn": 4}
     s = Stack(tmp, fake_llm.url, config=cfg)
@@ -262,6 +260,16 @@ def test_foreground_general_run_streams_a_nested_block_and_is_recorded(sub_stack
     child = requests_matching(llm, "alpha-child")[0]
     assert "task" in tool_names(child) and "write" in tool_names(child)  # general: the parent's tools
     assert "alpha-parent" not in json.dumps(child["messages"]), "a sub-agent has its own history"
+
+
+def test_api_lists_recent_runs_read_only(sub_stack: Stack) -> None:
+    auth = {"Authorization": f"Bearer {sub_stack.token}"}
+    listed = httpx.get(sub_stack.http + "/api/subagents?limit=5", headers=auth).json()["runs"]
+    assert listed and listed[0]["subagent_type"] and "result" not in listed[0] and "prompt" not in listed[0]
+    assert listed == sorted(listed, key=lambda r: -r["created_at"])
+    for bad in ("0", "201", "x", "-1", "1e3"):
+        assert httpx.get(sub_stack.http + f"/api/subagents?limit={bad}", headers=auth).status_code == 400
+    assert httpx.get(sub_stack.http + "/api/subagents").status_code == 401
 
 
 def test_usage_of_runs_rolls_up_into_the_session(sub_stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]

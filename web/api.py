@@ -64,6 +64,24 @@ def mcp_servers() -> Response:
     return jsonify({"servers": status.summary(rt.config, status.read(rt.redis))})
 
 
+_RUN_FIELDS = ("id", "session_id", "turn_id", "parent_run_id", "depth", "background", "subagent_type", "description",
+               "status", "error", "input_tokens", "output_tokens", "created_at", "started_at", "finished_at")
+
+
+@bp.get("/subagents")
+def subagent_runs() -> Response:
+    """The newest sub-agent runs, read-only (results are left out: `task action=get_result` has them)."""
+    from picobot.storage import agent_runs
+
+    limit = request.args.get("limit", "50")
+    if not limit.isdigit() or not 1 <= int(limit) <= 200:
+        return _error(400, "bad_limit", "limit must be a whole number from 1 to 200.")
+    with _rt().db.connect() as conn:
+        runs = agent_runs.recent(conn, int(limit))
+    return jsonify({"runs": [{k: r[k] for k in _RUN_FIELDS} | {"source": (r["definition"] or {}).get("source")}
+                             for r in runs]})
+
+
 def _preview(s: Any, session_id: str) -> str:
     first = s.scalars(select(MessageRow.content).where(MessageRow.session_id == session_id, MessageRow.role == "user")
                       .order_by(MessageRow.position).limit(1)).first()

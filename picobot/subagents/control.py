@@ -17,8 +17,8 @@ import redis
 from picobot.domain.cancel import CancelToken
 from picobot.runtime import control, keys
 from picobot.storage import agent_runs
-from picobot.storage.models import RUN_CANCELLED, RUN_QUEUED
 from picobot.storage.db import Database
+from picobot.storage.models import RUN_CANCELLED, RUN_QUEUED
 
 log = logging.getLogger("picobot.subagents")
 

@@ -11,7 +11,6 @@ its text opens with a header saying it comes from PicoBot, not from the user.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from sqlalchemy import Connection
@@ -19,8 +18,6 @@ from sqlalchemy import Connection
 from picobot.domain.messages import Usage
 from picobot.storage import agent_runs, inbound
 from picobot.storage.models import MODE_STEER, RUN_COMPLETED
-
-log = logging.getLogger("picobot.subagents")
 
 PLATFORM_ID_PREFIX = "subagent:"
 MAX_REPORT_CHARS = 20_000

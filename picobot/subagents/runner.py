@@ -7,7 +7,6 @@ a background run is called from its Celery task.
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -20,8 +19,6 @@ from picobot.domain.messages import ChatMessage, Usage
 from picobot.storage.models import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED
 from picobot.tools.base import Tool, ToolContext
 from picobot.tools.registry import ToolRegistry
-
-log = logging.getLogger("picobot.subagents")
 
 TASK_TOOL = "task"
 MAX_STORED_RESULT_CHARS = 100_000
