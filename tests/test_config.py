@@ -315,10 +315,11 @@ def test_tools_max_parallel_bounds(home: Path, cwd: Path) -> None:
 
 
 def test_channels_keep_their_own_keys(home: Path, cwd: Path) -> None:
-    data = {"channels": {"feishu": {"app_id": "cli_1", "app_secret": "s3cret-value", "enabled": True}}}
+    data = {"channels": {"feishu": {"app_id": "cli_1", "app_secret": "s3cret-value", "enabled": True,
+                                    "verification_token": "t0ken-value"}}}
     channel = load(home, cwd, data=data).channels["feishu"]
     assert channel.type == "feishu" and channel.enabled and channel.allow_from == ["*"]
-    assert channel.model_extra == {"app_id": "cli_1", "app_secret": "s3cret-value"}
+    assert channel.model_extra == {"app_id": "cli_1", "app_secret": "s3cret-value", "verification_token": "t0ken-value"}
 
 
 def test_mcp_servers_aliases_and_transport_rules(home: Path, cwd: Path) -> None:

@@ -303,10 +303,11 @@ def test_the_beat_entry_runs_every_four_hours_on_the_maintenance_queue() -> None
     from picobot.config.schema import Config
     from worker.celery_app import make_celery
 
-    entry = make_celery(Config()).conf.beat_schedule[MEMORY_MAINTENANCE_JOB]
+    assert MEMORY_MAINTENANCE_JOB not in make_celery(Config()).conf.beat_schedule  # the builtin scheduled job runs it
+    entry = make_celery(Config(scheduler={"enabled": False})).conf.beat_schedule[MEMORY_MAINTENANCE_JOB]
     assert entry["task"] == MEMORY_MAINTENANCE_TASK and entry["options"]["queue"] == QUEUE_MAINTENANCE
     assert entry["schedule"] == crontab(minute="0", hour="*/4")
-    off = make_celery(Config(memory={"maintenance_enabled": False})).conf.beat_schedule
+    off = make_celery(Config(memory={"maintenance_enabled": False}, scheduler={"enabled": False})).conf.beat_schedule
     assert MEMORY_MAINTENANCE_JOB not in off
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flask import Flask
+from flask import Flask, Request
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from picobot.config import Config, apply_dotenv, load_config, picobot_home
@@ -15,6 +15,19 @@ from picobot.runtime.services import Runtime, build_runtime
 from web.hub import EventHub, OutboxLimits
 
 WS_HARD_LIMIT = 16 * 1024 * 1024  # frames above gateway.max_frame_bytes get an error frame, not a close
+
+
+class JsonSafeRequest(Request):
+    """A body that nests too deep for the JSON parser is bad JSON like any other (400, or None when
+    silent), not a RecursionError and a 500 in whichever endpoint read it."""
+
+    def get_json(self, force: bool = False, silent: bool = False, cache: bool = True) -> Any:
+        try:
+            return super().get_json(force=force, silent=silent, cache=cache)
+        except RecursionError as exc:
+            if silent:
+                return None
+            return self.on_json_loading_failed(ValueError(f"the JSON nests too deep ({exc})"))
 
 
 def create_app(config: Config | None = None, overrides: dict[str, Any] | None = None,
@@ -31,6 +44,7 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     setup_logging(runtime.config)
 
     app = Flask(__name__)
+    app.request_class = JsonSafeRequest
     app.config.update(
         # no library pings: web/ws.py queues its own, so a ping never lands inside a half-sent frame
         SOCK_SERVER_OPTIONS={"ping_interval": None, "max_message_size": WS_HARD_LIMIT},
@@ -45,15 +59,26 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     limits = OutboxLimits(gw.ws_send_queue_frames, gw.ws_send_queue_bytes, gw.ws_send_timeout_secs)
     app.extensions["picobot.hub"] = EventHub(runtime.redis, limits=limits)
 
-    from web import api, auth, health, memories, skills, ui, ws
+    from web import api, auth, health, jobs, memories, skills, ui, ws
 
     auth.init_app(app)  # the pairing guard in front of every route (see web/auth.py)
     app.register_blueprint(health.bp)
     app.register_blueprint(ws.bp)
     app.register_blueprint(skills.bp)
     app.register_blueprint(memories.bp)
+    app.register_blueprint(jobs.bp)
     app.register_blueprint(api.bp)
     app.register_blueprint(ui.bp)
+    from web import deliveries
+
+    app.register_blueprint(deliveries.bp)
+    if any(c.enabled and c.type == "feishu" for c in runtime.config.channels.values()):
+        from web import feishu
+
+        feishu.init_app(app)  # POST /feishu/events for channels in webhook mode
+    from picobot.channels.live import start_relay
+
+    app.extensions["picobot.live"] = start_relay(runtime)  # reactions / live cards of external channels
     return app
 
 

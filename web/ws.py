@@ -17,6 +17,7 @@ from flask import Blueprint, current_app, request
 from flask_sock import ConnectionClosed, Sock
 from sqlalchemy.exc import SQLAlchemyError
 
+from picobot.channels.access import agent_for
 from picobot.gateway.inbound import InboundMessage
 from picobot.gateway.intake import Gateway
 from picobot.runtime.services import Runtime
@@ -67,7 +68,7 @@ class Connection:
     def attach_current(self, frame_type: str = "session") -> None:
         """Watch the chat's current dialog and send its state (history, active turn)."""
         with self.rt.db.write() as s:
-            row = sessions.get_or_create_current(s, self.channel, self.chat_id)
+            row = sessions.get_or_create_current(s, self.channel, self.chat_id, agent_for(self.rt, self.channel))
             info = {"session_id": row.id, "dialog_id": row.dialog_id, "title": row.title}
         if info["session_id"] != self.session_id:
             if self.session_id:

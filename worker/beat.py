@@ -4,27 +4,63 @@ Stock redbeat exits when its lock vanishes and fires nothing after a FLUSHALL (i
 entries live only in Redis), and it keeps one producer whose broken connection makes every
 send fail with only a log line. Here a vanished lock is re-taken when nobody else holds it,
 static entries are re-installed when they are gone, and a failed send gets a new producer.
+
+Scheduled jobs (picobot/scheduler): their entries are rebuilt from SQL at start and after a flush
+(picobot.scheduler.sync.rebuild); a job entry is due when its `due_at` argument has passed (not
+its whole-second rrule), and at most scheduler.worker_queue_capacity fires wait in the `scheduled`
+queue — due jobs beyond that stay in the schedule for the next tick.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from redbeat import RedBeatScheduler
 from redbeat.schedulers import get_redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from picobot.runtime.task_names import QUEUE_SCHEDULED
+from picobot.scheduler import redbeat_entries
 
 log = logging.getLogger("picobot.beat")
 
 
 class PicoBeatScheduler(RedBeatScheduler):
+    _job_room: int | None = None  # fires the `scheduled` queue may still take this tick (None: not counted yet)
+
+    def setup_schedule(self):  # type: ignore[no-untyped-def]
+        super().setup_schedule()
+        self._rebuild_jobs()
+
+    def _rebuild_jobs(self) -> None:
+        runtime = getattr(self.app, "runtime", None)
+        if runtime is None:
+            return
+        try:
+            from picobot.scheduler.sync import rebuild
+
+            rebuild(runtime)
+        except Exception:  # the periodic sync (every 30 s) tries again
+            log.exception("beat: rebuilding the scheduled jobs from SQL failed")
+
     def tick(self, min=min, **kwargs):  # type: ignore[no-untyped-def,override]
+        try:
+            return self._tick(min)
+        except (RedisConnectionError, RedisTimeoutError) as exc:  # Redis restarting: wait for it, don't exit
+            log.warning("beat: Redis unavailable (%s); retrying", exc)
+            return self.max_interval
+
+    def _tick(self, min):  # type: ignore[no-untyped-def]
         if self.lock_key and self.lock is not None:
             try:
                 self.lock.extend(int(self.lock_timeout))
             except LockError:
                 self._retake_lock()
         self._reinstall_if_flushed()
+        self._job_room = None
         remaining = []
         try:
             for entry in self.schedule.values():
@@ -34,6 +70,28 @@ class PicoBeatScheduler(RedBeatScheduler):
         except RuntimeError:
             log.debug("beat: RuntimeError", exc_info=True)
         return min(remaining + [self.max_interval])
+
+    @property
+    def schedule(self):  # type: ignore[no-untyped-def,override]
+        """redbeat's selection with the exact time: redbeat floors "now" to the second, which made an
+        entry due at 12.3 wait until 13 (and only one entry of the next second was peeked at)."""
+        now = time.time()
+        conf = self.app.redbeat_conf
+        client = get_redis(self.app)
+        with client.pipeline() as pipe:
+            pipe.zrangebyscore(conf.schedule_key, 0, now)
+            pipe.zrangebyscore(conf.schedule_key, f"({now}", now + self.max_interval, start=0, num=1)
+            due, peek = pipe.execute()
+        entries = {}
+        for key in due + peek:
+            try:
+                entry = self.Entry.from_key(key, app=self.app)
+            except KeyError:
+                log.warning("beat: failed to load %s, removing", key)
+                client.zrem(conf.schedule_key, key)
+                continue
+            entries[entry.name] = entry
+        return entries
 
     def _retake_lock(self) -> None:
         client = get_redis(self.app)
@@ -47,10 +105,29 @@ class PicoBeatScheduler(RedBeatScheduler):
         client = get_redis(self.app)
         if self.app.redbeat_conf.schedule and not client.exists(self.app.redbeat_conf.statics_key):
             log.warning("beat: schedule missing from Redis (restart or flush); re-installing static entries")
-            self.setup_schedule()
+            self.setup_schedule()  # and the scheduled jobs' entries, from SQL
+
+    def _job_due(self, entry):  # type: ignore[no-untyped-def]
+        """(due, seconds to wait) of a scheduled job's entry, or None for any other entry."""
+        if not entry.name.startswith(redbeat_entries.ENTRY_PREFIX):
+            return None
+        due_at = redbeat_entries.due_of(entry.args)
+        if due_at is None or entry.last_run_at is None or entry.last_run_at.timestamp() >= due_at:
+            return False, None  # sent already (redbeat re-scored it -1); its fire task writes the next one
+        wait = due_at - time.time()
+        if wait > 0:
+            return False, wait
+        if self._job_room is None:
+            capacity = self.app.picobot_config.scheduler.worker_queue_capacity
+            self._job_room = capacity - int(get_redis(self.app).llen(QUEUE_SCHEDULED) or 0)
+        if self._job_room <= 0:
+            return False, self.max_interval  # the queue is full: the next tick tries again
+        self._job_room -= 1
+        return True, None
 
     def maybe_due(self, entry, **kwargs):  # type: ignore[no-untyped-def]
-        is_due, next_time_to_run = entry.is_due()
+        job = self._job_due(entry)
+        is_due, next_time_to_run = entry.is_due() if job is None else job
         if not is_due:
             return next_time_to_run
         try:

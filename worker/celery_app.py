@@ -11,13 +11,16 @@ from picobot.config import Config
 from picobot.runtime.redis_url import resolve_redis_url
 from picobot.runtime.services import Runtime, build_runtime
 from picobot.runtime.task_names import (
-    COMPACT_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB, MEMORY_MAINTENANCE_TASK, QUEUE_MAINTENANCE,
-    QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK, SWEEP_TASK, TURN_TASK,
+    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB,
+    MEMORY_MAINTENANCE_TASK, QUEUE_MAINTENANCE, QUEUE_OUTBOUND, QUEUE_SCHEDULED, QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK,
+    SWEEP_TASK, TURN_TASK,
 )
 from worker import tasks
 from worker.queue import CeleryTaskQueue
 
 log = logging.getLogger("picobot.worker")
+
+SYNC_EVERY_SECS = 30
 
 
 class PicoCelery(Celery):
@@ -54,7 +57,9 @@ def make_celery(config: Config) -> PicoCelery:
         task_default_queue=QUEUE_TURNS,
         task_routes={TURN_TASK: {"queue": QUEUE_TURNS}, SWEEP_TASK: {"queue": QUEUE_MAINTENANCE},
                      COMPACT_TASK: {"queue": QUEUE_MAINTENANCE}, SUBAGENT_TASK: {"queue": QUEUE_SUBAGENTS},
-                     MEMORY_MAINTENANCE_TASK: {"queue": QUEUE_MAINTENANCE}},
+                     MEMORY_MAINTENANCE_TASK: {"queue": QUEUE_MAINTENANCE},
+                     JOB_FIRE_TASK: {"queue": QUEUE_SCHEDULED}, JOB_SYNC_TASK: {"queue": QUEUE_SCHEDULED},
+                     DELIVER_TASK: {"queue": QUEUE_OUTBOUND}, CHANNEL_EVENT_TASK: {"queue": QUEUE_OUTBOUND}},
         task_serializer="json", accept_content=["json"],
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
@@ -64,10 +69,15 @@ def make_celery(config: Config) -> PicoCelery:
         beat_scheduler="worker.beat.PicoBeatScheduler",
         redbeat_redis_url=url,
         redbeat_lock_timeout=max(30, int(sweep_every * 6)),
-        beat_max_loop_interval=max(1, min(5, int(sweep_every))),
+        # a job fires within one tick of its due time (scheduler.tick_resolution_ms)
+        beat_max_loop_interval=min(max(1, min(5, int(sweep_every))), config.scheduler.tick_resolution_ms / 1000),
         beat_schedule={
             SWEEP_TASK: {"task": SWEEP_TASK, "schedule": sweep_every, "options": {"queue": QUEUE_MAINTENANCE, "expires": sweep_every * 3}},
-            **_memory_maintenance_entry(config),
+            # scheduled jobs: their redbeat entries rebuilt/repaired from SQL (also at beat start and after a flush)
+            JOB_SYNC_TASK: {"task": JOB_SYNC_TASK, "schedule": SYNC_EVERY_SECS,
+                            "options": {"queue": QUEUE_SCHEDULED, "expires": SYNC_EVERY_SECS}},
+            # with the scheduler on, the builtin job builtin.memory_maintenance_daily fires it instead
+            **(_memory_maintenance_entry(config) if not config.scheduler.enabled else {}),
         },
         timezone=config.time.timezone,
     )
@@ -77,7 +87,8 @@ def make_celery(config: Config) -> PicoCelery:
 
 
 def _memory_maintenance_entry(config: Config) -> dict:
-    """Every 4 hours in time.timezone; a plain beat entry until scheduled jobs live in SQL."""
+    """Every 4 hours in time.timezone; a plain beat entry only while the scheduler is off (scheduler.enabled
+    false) — otherwise the builtin scheduled job builtin.memory_maintenance_daily runs it."""
     if not (config.memory.enabled and config.memory.maintenance_enabled):
         return {}
     from celery.schedules import crontab

@@ -5,7 +5,8 @@ from __future__ import annotations
 from celery import Celery
 
 from picobot.runtime.task_names import (
-    COMPACT_TASK, QUEUE_MAINTENANCE, QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK, TURN_TASK,
+    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, JOB_FIRE_TASK, QUEUE_OUTBOUND, QUEUE_MAINTENANCE, QUEUE_SCHEDULED, QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK,
+    TURN_TASK,
 )
 
 
@@ -13,8 +14,9 @@ class CeleryTaskQueue:
     def __init__(self, app: Celery):
         self.app = app
 
-    def enqueue_turn(self, session_id: str) -> None:
-        self.app.send_task(TURN_TASK, args=[session_id], queue=QUEUE_TURNS)
+    def enqueue_turn(self, session_id: str, queue: str = QUEUE_TURNS) -> None:
+        # queue: QUEUE_SCHEDULED for a scheduled job's turn (never on the turns queue's slots)
+        self.app.send_task(TURN_TASK, args=[session_id], queue=queue)
 
     def enqueue_compaction(self, session_id: str, force: bool = False) -> None:
         # never on `turns`: a compaction must not hold up anyone's turn
@@ -22,3 +24,15 @@ class CeleryTaskQueue:
 
     def enqueue_subagent(self, run_id: str) -> None:
         self.app.send_task(SUBAGENT_TASK, args=[run_id], queue=QUEUE_SUBAGENTS)
+
+    def enqueue_job(self, job_id: str, due_at: float | None) -> None:
+        """Fire a job now, outside its schedule (run now): a run of its own, the schedule untouched."""
+        self.app.send_task(JOB_FIRE_TASK, args=[job_id, due_at], kwargs={"manual": True}, queue=QUEUE_SCHEDULED)
+
+    def enqueue_delivery(self, channel: str, chat_id: str, countdown: float = 0) -> None:
+        """Deliver the outbox lane of one chat (after `countdown` seconds: a backoff)."""
+        self.app.send_task(DELIVER_TASK, args=[channel, chat_id], queue=QUEUE_OUTBOUND,
+                           countdown=countdown or None)
+
+    def enqueue_channel_event(self, event_id: int) -> None:
+        self.app.send_task(CHANNEL_EVENT_TASK, args=[event_id], queue=QUEUE_OUTBOUND)

@@ -9,7 +9,9 @@ from celery import Celery
 from picobot.memory.compactor import run_background
 from picobot.memory.maintenance import run_maintenance
 from picobot.runtime.sweeper import sweep
-from picobot.runtime.task_names import COMPACT_TASK, MEMORY_MAINTENANCE_TASK, SUBAGENT_TASK, SWEEP_TASK, TURN_TASK
+from picobot.runtime.task_names import (
+    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_TASK, SUBAGENT_TASK, SWEEP_TASK, TURN_TASK,
+)
 from picobot.runtime.turn_runner import drain_session
 from picobot.subagents.background import run_background_run
 
@@ -44,3 +46,31 @@ def register(app: Celery, runtime: Callable[[], "Runtime"]) -> None:
     def subagent(run_id: str) -> str:
         """Run one background sub-agent run and deliver its result to the parent session."""
         return run_background_run(runtime(), run_id)
+
+    @app.task(name=JOB_FIRE_TASK, ignore_result=True)
+    def fire_job(job_id: str, due_at: float | None = None, manual: bool = False) -> str:
+        """Fire one due time of a scheduled job, exactly once (claimed in SQL)."""
+        from picobot.scheduler.fire import fire
+
+        return fire(runtime(), job_id, due_at, manual=bool(manual))
+
+    @app.task(name=JOB_SYNC_TASK, ignore_result=True)
+    def sync_jobs() -> dict:
+        """Make redbeat's job entries match SQL; handle overdue jobs and runs of dead workers."""
+        from picobot.scheduler.sync import rebuild
+
+        return rebuild(runtime())
+
+    @app.task(name=DELIVER_TASK, ignore_result=True)
+    def deliver(channel: str, chat_id: str) -> dict:
+        """Deliver the pending outbox rows of one chat, in order (see picobot.channels.delivery)."""
+        from picobot.channels.delivery import deliver_lane
+
+        return deliver_lane(runtime(), channel, chat_id)
+
+    @app.task(name=CHANNEL_EVENT_TASK, ignore_result=True)
+    def channel_event(event_id: int) -> str:
+        """Turn one recorded platform event into input (see picobot.channels.events)."""
+        from picobot.channels.events import process
+
+        return process(runtime(), int(event_id))

@@ -1,4 +1,4 @@
-"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, health, config, migrate.
+"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, jobs, feishu, health, config, migrate.
 
 Each command imports what it needs when it runs: `picobot chat -m` starts once per message, and
 the schema, the storage and the pairing stack would cost most of its time.
@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from picobot.cli.feishu import add_parser as add_feishu_parser
+from picobot.cli.jobs import add_parser as add_jobs_parser
 from picobot.cli.memory import add_parser as add_memory_parser
 from picobot.cli.pair import add_parser as add_pair_parser
 from picobot.errors import ConfigError
@@ -146,6 +148,12 @@ def cmd_memory(args: argparse.Namespace) -> int:
     return run(_config(), args)
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from picobot.cli.jobs import run
+
+    return run(_config(), args)
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     from picobot.runtime.health import check_health
     from picobot.runtime.services import build_runtime
@@ -166,6 +174,12 @@ def cmd_health(args: argparse.Namespace) -> int:
         for name, check in report["checks"].items():
             print(f"  {'ok ' if check['ok'] else 'BAD'} {name:<9} {check.get('detail', '')}")
     return 0 if report["status"] == "ok" else 1
+
+
+def cmd_feishu(args: argparse.Namespace) -> int:
+    from picobot.cli.feishu import run
+
+    return run(_config(), args)
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -221,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
         c.set_defaults(fn=cmd_chat)
     add_pair_parser(sub).set_defaults(fn=cmd_pair)
     add_memory_parser(sub).set_defaults(fn=cmd_memory)
+    add_jobs_parser(sub).set_defaults(fn=cmd_jobs)
+    add_feishu_parser(sub).set_defaults(fn=cmd_feishu)
     h = sub.add_parser("health", help="check database, Redis, workers, beat and provider")
     h.add_argument("--json", action="store_true")
     h.set_defaults(fn=cmd_health)

@@ -33,6 +33,10 @@ def beat_argv() -> list[str]:
             "--loglevel", "INFO"]
 
 
+def feishu_argv(channel: str = "feishu") -> list[str]:
+    return [sys.executable, "-m", "picobot", "feishu", "--channel", channel]
+
+
 def flower_argv(port: int = 5555) -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "worker.app", "flower", f"--port={port}", "--address=127.0.0.1"]
 
@@ -125,6 +129,9 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False) 
     pair_line = _pairing_line(config, db)
     env = dict(os.environ, REDIS_URL=redis_url, PICOBOT_HOME=str(config.home))
     children = [Child("web", web_argv(config)), Child("worker", worker_argv()), Child("beat", beat_argv())]
+    from picobot.cli.feishu import long_connection_channels
+
+    children += [Child(f"feishu ({key})", feishu_argv(key)) for key in long_connection_channels(config)]
     if with_flower:
         children.append(Child("flower", flower_argv()))
     host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host

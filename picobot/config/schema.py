@@ -217,6 +217,15 @@ class JobTarget(_Section):
     session_chat_id: str | None = None
 
 
+def _job_zone(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value[:64]!r}; use an IANA name such as 'Asia/Shanghai'") from None
+    return value
+
+
 class JobConfig(_Section):
     id: str = Field(min_length=1)
     kind: JobKind
@@ -224,6 +233,9 @@ class JobConfig(_Section):
     target: JobTarget | None = None
     payload: dict[str, Any] = Field(default_factory=dict)
     enabled: bool = True
+    timezone: str | None = None  # IANA name for its cron and offset-less `at`; absent means time.timezone
+
+    _zone = field_validator("timezone")(_job_zone)
 
     @model_validator(mode="after")
     def _kind_needs(self) -> JobConfig:
@@ -240,6 +252,7 @@ class SchedulerConfig(_Section):
     tick_resolution_ms: int = Field(default=1000, gt=0)
     worker_queue_capacity: int = Field(default=128, gt=0)
     misfire_policy: Literal["skip", "run_once"] = "skip"
+    misfire_grace_secs: int = Field(default=3600, ge=0)  # run_once: catch up only a due time this recent
     jobs: list[JobConfig] = Field(default_factory=list)
 
     @field_validator("jobs")
@@ -462,6 +475,14 @@ class ResolvedAgent:
     model: ModelConfig
 
 
+def _check_channel_keys(key: str, channel: ChannelConfig) -> None:
+    # A channel type with its own schema checks its keys here (imported only when configured).
+    if channel.type == "feishu":
+        from picobot.channels.feishu.config import check_channel
+
+        check_channel(key, channel.model_dump())
+
+
 def _known(names: Mapping[str, Any]) -> str:
     return ", ".join(sorted(names)) or "none"
 
@@ -503,7 +524,7 @@ class Config(_Section):
         zone = self.time.zone()
         for job in self.scheduler.jobs:
             if isinstance(job.schedule, AtSchedule) and job.schedule.at.tzinfo is None:
-                job.schedule.at = job.schedule.at.replace(tzinfo=zone)
+                job.schedule.at = job.schedule.at.replace(tzinfo=ZoneInfo(job.timezone) if job.timezone else zone)
 
     def _check_references(self) -> None:
         if "default" not in self.agents:
@@ -512,6 +533,7 @@ class Config(_Section):
             self._check_agent(name, agent)
         for key, channel in self.channels.items():
             self._check_agent_name(f"channels.{key}.agent", channel.agent)
+            _check_channel_keys(key, channel)
         for i, job in enumerate(self.scheduler.jobs):
             name = job.payload.get("agent")
             if isinstance(name, str):

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from picobot.channels.access import agent_for
 from picobot.domain.messages import text_of
 from picobot.gateway.inbound import InboundMessage, Reply
 from picobot.gateway.limits import RateLimits
@@ -68,7 +69,7 @@ def handle_command(ctx: CommandContext, text: str) -> Reply:
 
 
 def _current(ctx: CommandContext, s) -> SessionRow:  # type: ignore[no-untyped-def]
-    return sessions.get_or_create_current(s, ctx.msg.channel, ctx.msg.chat_id)
+    return sessions.get_or_create_current(s, ctx.msg.channel, ctx.msg.chat_id, agent_for(ctx.rt, ctx.msg.channel))
 
 
 def _describe(row: SessionRow) -> dict:
@@ -82,7 +83,8 @@ def cmd_new(ctx: CommandContext, arg: str) -> Reply:
         return Reply("rejected", fate="rejected", code="rate_limited", text=limited.text,
                      retry_after=limited.retry_after)
     with ctx.rt.db.write() as s:
-        row = sessions.create(s, ctx.msg.channel, ctx.msg.chat_id, title=arg[:256])
+        row = sessions.create(s, ctx.msg.channel, ctx.msg.chat_id, title=arg[:256],
+                              agent=agent_for(ctx.rt, ctx.msg.channel))
         info = _describe(row)
     return Reply("command", session_id=info["session_id"], session_changed=True, data=info,
                  text=f"New dialog {info['dialog_id']}" + (f": {arg}" if arg else "") + ".")
@@ -128,7 +130,8 @@ def _leave(ctx: CommandContext, action: Callable, verb: str) -> Reply:
         action(s, row)
         inbound.cancel_pending(s.connection(), row.id)
         running = turns.running_ids(s.connection(), row.id)
-        nxt = sessions.current(s, ctx.msg.channel, ctx.msg.chat_id) or sessions.create(s, ctx.msg.channel, ctx.msg.chat_id)
+        nxt = (sessions.current(s, ctx.msg.channel, ctx.msg.chat_id)
+               or sessions.create(s, ctx.msg.channel, ctx.msg.chat_id, agent=agent_for(ctx.rt, ctx.msg.channel)))
         sessions.set_current(s, nxt)
         info = _describe(nxt)
     control.request_stop(ctx.rt.redis, running)

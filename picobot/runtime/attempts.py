@@ -10,7 +10,7 @@ kept from the model afterwards, so the same input cannot fail the dialog's later
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
@@ -19,15 +19,20 @@ from picobot.domain.messages import MARKER_TURN_ERROR, ChatMessage
 from picobot.storage import inbound, messages, turns
 from picobot.storage.models import INBOUND_FAILED
 
+if TYPE_CHECKING:
+    from picobot.runtime.services import Runtime
+
 log = logging.getLogger("picobot.turns")
 
 MARKER_FAILED_INPUT = "failed_input"  # an input given up on: shown in history, never sent to the model
 
 
-def give_back(conn: Connection, session_id: str, turn_id: str, max_attempts: int, why: str) -> dict[str, Any] | None:
+def give_back(conn: Connection, session_id: str, turn_id: str, max_attempts: int, why: str,
+              rt: "Runtime | None" = None) -> dict[str, Any] | None:
     """Re-queue a dead turn's input, or end it failed; returns the `turn_completed` event when it ended.
 
-    Part of the caller's transaction; the caller publishes the event after the commit.
+    Part of the caller's transaction; the caller publishes the event after the commit (and, for an
+    external chat, whose notice is recorded here when `rt` is given, wakes its delivery lane).
     """
     rows = inbound.claimed_by(conn, turn_id)
     if not rows:
@@ -41,6 +46,8 @@ def give_back(conn: Connection, session_id: str, turn_id: str, max_attempts: int
     inbound.set_status(conn, [r.id for r in rows], INBOUND_FAILED)
     turns.mark_failed(conn, turn_id, error)
     _record(conn, session_id, turn_id, rows, error)
+    if rt is not None:
+        _notify(conn, rt, session_id, turn_id, error)
     log.warning("turn %s: input %s of %s given up after %d attempt(s): %s", turn_id, [r.seq for r in rows],
                 session_id, tried, why)
     return failed_event(session_id, turn_id, [r.seq for r in rows], error)
@@ -58,6 +65,16 @@ def _record(conn: Connection, session_id: str, turn_id: str, rows: list[inbound.
         log.warning("turn %s: the failed input could not be stored (%s); storing the notice alone",
                     turn_id, type(exc).__name__)
     messages.append(conn, session_id, turn_id, [note])
+
+
+def _notify(conn: Connection, rt: "Runtime", session_id: str, turn_id: str, error: str) -> None:
+    """The failure notice for an external chat, in the outbox (same transaction)."""
+    from picobot.channels import outbound
+    from picobot.storage import sessions
+
+    view = sessions.claim_view(conn, session_id)
+    if view is not None:
+        outbound.record_turn(conn, rt, view.channel, view.chat_id, session_id, turn_id, "failed", "", error)
 
 
 def failed_event(session_id: str, turn_id: str, seqs: list[int], error: str) -> dict[str, Any]:

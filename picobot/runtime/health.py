@@ -29,9 +29,20 @@ def check_health(rt: "Runtime") -> dict[str, Any]:
         "provider": _check(lambda: _provider(rt)),
         "sandbox": _check(lambda: _sandbox(rt)),
         "mcp": _check(lambda: _mcp(rt)),
+        "deliveries": _check(lambda: _deliveries(rt)),
     }
     ok = all(c["ok"] for c in checks.values())
     return {"status": "ok" if ok else "degraded", "checks": checks, "time": time.time()}
+
+
+def _deliveries(rt: "Runtime") -> dict[str, Any]:
+    """Outbox rows to external channels: pending and failed (failed ones need a look, not a restart)."""
+    from picobot.storage import outbox
+
+    with rt.db.connect() as conn:
+        totals = outbox.totals(conn)
+    return {"ok": True, "pending": totals["pending"], "failed": totals["failed"],
+            "detail": f"{totals['pending']} pending, {totals['failed']} failed"}
 
 
 def _database(rt: "Runtime") -> dict[str, Any]:

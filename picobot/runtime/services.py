@@ -21,6 +21,7 @@ from picobot.runtime.history_cache import HistoryCache
 from picobot.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from picobot.channels.registry import ChannelRegistry
     from picobot.mcp import McpManager
     from picobot.memory import MemoryStore
     from picobot.memory.knowledge import KnowledgeBase
@@ -31,11 +32,17 @@ if TYPE_CHECKING:
 class TaskQueue(Protocol):
     """The one seam to the task system (Celery in production)."""
 
-    def enqueue_turn(self, session_id: str) -> None: ...
+    def enqueue_turn(self, session_id: str, queue: str = "turns") -> None: ...  # queue: a scheduled job's turn
 
     def enqueue_compaction(self, session_id: str, force: bool = False) -> None: ...
 
     def enqueue_subagent(self, run_id: str) -> None: ...
+
+    def enqueue_job(self, job_id: str, due_at: float | None) -> None: ...  # fire a scheduled job now (run now)
+
+    def enqueue_delivery(self, channel: str, chat_id: str, countdown: float = 0) -> None: ...  # outbox lane
+
+    def enqueue_channel_event(self, event_id: int) -> None: ...  # a recorded platform event
 
 
 def connect_redis(url: str) -> redis.Redis:
@@ -118,7 +125,14 @@ class Runtime:
         return mcp.statuses() if mcp is not None else []
 
     def _extra_tools(self) -> list[Tool]:
-        return self._skill_tools() + self._memory_tools() + self._subagent_tools()
+        return self._skill_tools() + self._memory_tools() + self._subagent_tools() + self._scheduler_tools()
+
+    def _scheduler_tools(self) -> list[Tool]:
+        if not self.config.scheduler.enabled:
+            return []
+        from picobot.tools.scheduler import SchedulerTool
+
+        return [SchedulerTool(self)]
 
     def _subagent_tools(self) -> list[Tool]:
         if not self.config.subagents.enabled:
@@ -142,6 +156,13 @@ class Runtime:
         from picobot.tools.memory import memory_tools
 
         return memory_tools(self.memory) + knowledge_tools(self.knowledge)
+
+    @cached_property
+    def channels(self) -> "ChannelRegistry":
+        """The adapters of the configured channels, built lazily."""
+        from picobot.channels.registry import ChannelRegistry
+
+        return ChannelRegistry(self)
 
     @cached_property
     def memory(self) -> "MemoryStore | None":

@@ -15,6 +15,7 @@ from typing import Any
 from picobot.agent.context import agent_prompt, needs_agent_prompt, runtime_note
 from picobot.agent.loop import AgentLoop, LoopResult, LoopSettings
 from picobot.agent.snapshot import TurnController
+from picobot.channels import outbound
 from picobot.config.workspace import chat_workspace
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import MARKER_TURN_ERROR, MARKER_TURN_STOPPED, ChatMessage, Usage, text_of
@@ -143,12 +144,14 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
         event = _abandon(rt, session_id, claimed.turn_id, "the turn lost its session lease")
         if event is not None and event["status"] == "failed":  # that was its last attempt
             rt.publisher.finish(turn_key, event)
+            _job_runs_ended(rt, claimed, "failed", event.get("error"))
             return False
         committed = False
     else:
         committed = _commit(rt, claimed, session_id, result)
     _finish(rt, session_id, claimed, controller, turn_key, result, committed)
-    if committed:  # after the answer is out: the cheap estimate, maybe a background compaction
+    if committed:
+        _job_runs_ended(rt, claimed, result.status, result.error)  # after the answer is out: the cheap estimate, maybe a background compaction
         compactor.schedule_if_needed(rt, session_id, claimed.agent, claimed.history + result.messages)
     return committed
 
@@ -168,6 +171,19 @@ def _finish(rt: Runtime, session_id: str, claimed: "_Claimed", controller: TurnC
     }, last_snapshot=controller.snapshot())
 
 
+def _job_runs_ended(rt: Runtime, claimed: "_Claimed", status: str, error: str | None) -> None:
+    """A scheduled job's input (always the first of its turn: mode queue) ended: record its run's outcome."""
+    pmids = [r.platform_message_id for r in claimed.rows if (r.platform_message_id or "").startswith("job:")]
+    if not pmids:
+        return
+    from picobot.scheduler.fire import on_turn_finished
+
+    try:
+        on_turn_finished(rt, pmids, claimed.turn_id, status, error)
+    except Exception:  # the scheduler's sync settles the run from the input's turn later
+        log.exception("turn %s: recording its scheduled job run failed", claimed.turn_id)
+
+
 def _abandon(rt: Runtime, session_id: str, turn_id: str, why: str) -> dict[str, Any] | None:
     """Store nothing of the turn; its input goes back to the queue, or ends failed after its last attempt.
 
@@ -177,7 +193,9 @@ def _abandon(rt: Runtime, session_id: str, turn_id: str, why: str) -> dict[str, 
     with rt.db.begin() as conn:
         if not turns.interrupt(conn, turn_id, why):
             return None  # finished or declared dead already
-        ended = attempts.give_back(conn, session_id, turn_id, rt.config.gateway.max_turn_attempts, why)
+        ended = attempts.give_back(conn, session_id, turn_id, rt.config.gateway.max_turn_attempts, why, rt=rt)
+    if ended:
+        outbound.wake_session(rt, session_id)
     return ended or _interrupted(session_id, turn_id)
 
 
@@ -321,6 +339,12 @@ def _commit(rt: Runtime, claimed: _Claimed, session_id: str, result: LoopResult)
         first = sessions.record_turn(conn, session_id, len(to_store), result.usage, result.last_input_tokens,
                                      user_turns)
         messages.insert_at(conn, session_id, first, claimed.turn_id, to_store)
+        # an external chat's answer goes into the outbox in this same transaction (channels/outbound.py)
+        delivered = outbound.record_turn(
+            conn, rt, claimed.channel, claimed.chat_id, session_id, claimed.turn_id, result.status,
+            result.partial_text if result.status == "cancelled" else result.final_text, result.error)
         inbound.finish(conn, claimed.turn_id, INBOUND_DONE)
     rt.history.extend(session_id, first, to_store)
+    if delivered:
+        outbound.wake(rt, claimed.channel, claimed.chat_id)
     return True

@@ -152,8 +152,34 @@ class OutboxRow(Base):
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
     sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    next_attempt_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # backoff after a transient error
+    error_code: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # e.g. the platform's message ids
+    updated_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (Index("ix_outbox_lane", "status", "channel", "chat_id", "id"),)
+
+
+class ChannelEventRow(Base):
+    """A raw platform event (e.g. a Feishu message), recorded before the platform is answered.
+
+    Unique per (channel, event_key): a redelivery hours later finds the first row and does nothing.
+    """
+
+    __tablename__ = "channel_events"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    channel: Mapped[str] = mapped_column(String(64))
+    event_key: Mapped[str] = mapped_column(String(256))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending | done | ignored | failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    received_at: Mapped[float] = mapped_column(Float)
+    processed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (UniqueConstraint("channel", "event_key", name="uq_channel_events_key"),
+                      Index("ix_channel_events_status", "status", "received_at"))
 
 
 class PairingCodeRow(Base):
@@ -285,3 +311,59 @@ class MemoryMaintenanceStateRow(Base):
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)  # None after a good pass
     summary: Mapped[str] = mapped_column(Text, default="")  # this scope's part of AGENT.md's managed block
     report: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # counts and conflicts of the last good pass
+
+
+JOB_ACTIVE = "active"
+JOB_PAUSED = "paused"
+JOB_COMPLETED = "completed"
+JOB_RUN_RUNNING = "running"
+JOB_RUN_OK = "ok"
+JOB_RUN_FAILED = "failed"
+JOB_RUN_MISSED = "missed"
+JOB_RUN_SKIPPED = "skipped"
+
+
+class ScheduledJobRow(Base):
+    """A scheduled job (see picobot/scheduler): SQL is the authority, redbeat only wakes it up."""
+
+    __tablename__ = "scheduled_jobs"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    schedule: Mapped[dict[str, Any]] = mapped_column(JSON)  # the job JSON's schedule object
+    target: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    timezone: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None: time.timezone
+    state: Mapped[str] = mapped_column(String(16), default=JOB_ACTIVE)  # active | paused | completed
+    source: Mapped[str] = mapped_column(String(16), default="user")  # config | builtin | user
+    owner_scope: Mapped[str | None] = mapped_column(String(320), nullable=True)  # channel:chat_id of the creator
+    next_due_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_due_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    __table_args__ = (Index("ix_scheduled_jobs_due", "state", "next_due_at"),)
+
+
+class JobRunRow(Base):
+    """One due time of a job; UNIQUE(job_id, due_at) makes each due time fire at most once."""
+
+    __tablename__ = "job_runs"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(128))
+    due_at: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    outcome: Mapped[str] = mapped_column(String(16), default=JOB_RUN_RUNNING)  # running | ok | failed | missed | skipped
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    session_id: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    turn_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+    __table_args__ = (
+        UniqueConstraint("job_id", "due_at", name="uq_job_runs_job_due"),
+        Index("ix_job_runs_session", "session_id", "outcome"),
+    )

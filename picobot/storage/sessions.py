@@ -46,12 +46,12 @@ def current_id(conn: Connection, channel: str, chat_id: str) -> str | None:
     return conn.execute(_CURRENT_ID, {"scope": f"{channel}:{chat_id}"}).scalar()
 
 
-def current_or_create_id(conn: Connection, channel: str, chat_id: str) -> str:
-    """The current dialog's id, creating or re-pointing it (in the caller's transaction) when needed."""
+def current_or_create_id(conn: Connection, channel: str, chat_id: str, agent: str = "default") -> str:
+    """The current dialog's id, creating (with `agent`) or re-pointing it in the caller's transaction."""
     session_id = current_id(conn, channel, chat_id)
     if session_id is None:  # a new chat, or its dialog was archived or deleted: the slow path
         with Session(bind=conn) as s:
-            session_id = get_or_create_current(s, channel, chat_id).id
+            session_id = get_or_create_current(s, channel, chat_id, agent).id
             s.flush()
     return session_id
 

@@ -40,7 +40,7 @@ MAX_TYPES_CHARS = 400  # the custom types listed in the tool's description
 _DESCRIPTION = (
     "Delegate a self-contained task to a sub-agent (own history; your tools or fewer). prompt: full "
     "instructions. Parallel calls run at once. background: returns a run id now; the result comes later "
-    "as a message. action get|list|get_result|cancel + run_id manage runs. Types: general, explore (read-only)"
+    "as a message. action + run_id manage runs. Types: general, explore (read-only)"
 )
 
 

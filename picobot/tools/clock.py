@@ -16,7 +16,7 @@ _UTC_NAMES = {"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "Zulu", "Universal"}
 class ClockTool(Tool):
     name = "get_time"
     description = (
-        "Current date, time, weekday and UTC offset. Call it whenever the answer depends on the time."
+        "Current date, time, weekday and UTC offset. Call it when the answer depends on the time."
     )
     parameters = {
         "type": "object",

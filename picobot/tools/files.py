@@ -16,7 +16,7 @@ DEFAULT_READ_LINES = 2000
 MAX_LINE_CHARS = 2000
 DEFAULT_READ_MAX_CHARS = 50_000
 _SNIFF_BYTES = 8192
-_PATH_HELP = "Relative to the workspace."
+_PATH_HELP = "In the workspace."
 # A FIFO opened without O_NONBLOCK waits for a writer forever; O_NOFOLLOW stops a symlink
 # swapped in after the path was checked. Both are no-ops where the platform lacks them.
 _OPEN_FLAGS = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
@@ -98,8 +98,8 @@ class WriteFileTool(_FileTool):
 class EditFileTool(_FileTool):
     name = "edit"
     description = (
-        "Replace old_text in a workspace file. It must match exactly, whitespace included (copy from "
-        "read, minus line numbers), and be unique unless replace_all: add lines around it if not."
+        "Replace old_text in a workspace file. It must match exactly, whitespace too (copy from read, "
+        "minus line numbers), and be unique unless replace_all: add lines around it if not."
     )
     parameters = {
         "type": "object",
@@ -107,7 +107,7 @@ class EditFileTool(_FileTool):
             "path": {"type": "string", "description": _PATH_HELP},
             "old_text": {"type": "string", "minLength": 1, "description": "Exact text to replace."},
             "new_text": {"type": "string", "description": "Empty deletes."},
-            "replace_all": {"type": "boolean", "description": "Replace every match."},
+            "replace_all": {"type": "boolean", "description": "Every match."},
         },
         "required": ["path", "old_text", "new_text"],
         "additionalProperties": False,

@@ -22,7 +22,7 @@ DEFAULT_MAX_CHARS = 20_000
 DEFAULT_MAX_BYTES = 5_000_000
 USER_AGENT = "PicoBot/0.1"
 # Said up front so the model does not retry a refused host; the refusal itself says how to allow one.
-PRIVATE_REFUSED = "Local and private network hosts are refused unless the user allows them."
+PRIVATE_REFUSED = "Private and local hosts are refused unless the user allows them."
 
 # Response headers worth showing the model; others are noise.
 SHOWN_HEADERS = (
@@ -46,21 +46,21 @@ class HttpRequestTool(Tool):
     name = "http_request"
     description = (
         "One HTTP request, for APIs; returns status, headers and body. Send body or json, not both. "
-        f"{PRIVATE_REFUSED} For web pages use web_fetch."
+        f"{PRIVATE_REFUSED} Web pages: web_fetch."
     )
     parameters = {
         "type": "object",
         "properties": {
-            "method": {"type": "string", "enum": METHODS, "description": "HTTP method."},
-            "url": {"type": "string", "description": "Absolute http(s) URL."},
-            "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Request headers."},
+            "method": {"type": "string", "enum": METHODS, "description": "Verb."},
+            "url": {"type": "string", "description": "Absolute URL."},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Headers."},
             "body": {"type": "string", "description": "Raw text."},
             "json": {"description": "JSON body; sets Content-Type."},
             "timeout_secs": {
                 "type": "number",
                 "exclusiveMinimum": 0,
                 "maximum": MAX_TIMEOUT_SECS,
-                "description": f"Seconds. Default {DEFAULT_TIMEOUT_SECS}.",
+                "description": f"Default {DEFAULT_TIMEOUT_SECS}.",
             },
         },
         "required": ["method", "url"],

@@ -107,7 +107,7 @@ class MemoryManageTool(_MemoryTool):
 
 class TimelineRecallTool(_MemoryTool):
     name = "timeline_recall"
-    description = "Search summaries of this user's earlier, compressed conversations."
+    description = "Search summaries of this user's earlier conversations."
     parameters = {
         "type": "object",
         "properties": {"query": _STR, "limit": _LIMIT},

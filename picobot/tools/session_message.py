@@ -12,13 +12,13 @@ class SendSessionMessageTool(Tool):
     name = "send_session_message"
     description = (
         "Send a message mid-turn: progress, scheduled-task results, or to another chat the user "
-        "named. Not your final answer, which is delivered anyway."
+        "named. Not your final answer (delivered anyway)."
     )
     parameters = {
         "type": "object",
         "properties": {
             "text": {"type": "string", "minLength": 1, "description": "Markdown allowed."},
-            "channel": {"type": "string", "description": "E.g. telegram. Default: this one."},
+            "channel": {"type": "string", "description": "Default: this one."},
             "chat_id": {"type": "string", "description": "On that channel. Default: this chat."},
         },
         "required": ["text"],

@@ -107,8 +107,8 @@ def read_skill_file(skill: Skill, raw: object) -> str:
 class SkillManageTool(Tool):
     name = "skill_manage"
     description = (
-        "Manage skills: list, get, create/update (description: when to use; body: Markdown), delete, "
-        "disable/enable (names array), reload. scope: project (default) or user. " + _NO_PERMISSIONS
+        "Manage skills. create/update: description (when to use), body (Markdown); disable/enable: "
+        "names. scope default: project. " + _NO_PERMISSIONS
     )
     parameters = {
         "type": "object",

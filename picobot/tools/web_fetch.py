@@ -37,12 +37,12 @@ class WebFetchTool(Tool):
     name = "web_fetch"
     description = (
         f"Read a web page as its title and main text, links kept. {PRIVATE_REFUSED} "
-        "For APIs use http_request."
+        "APIs: http_request."
     )
     parameters = {
         "type": "object",
         "properties": {
-            "url": {"type": "string", "description": "Absolute http(s) URL."},
+            "url": {"type": "string", "description": "Absolute URL."},
             "max_chars": {
                 "type": "integer",
                 "minimum": 100,

@@ -17,7 +17,8 @@ from pathlib import Path
 from scripts.bench.common import HEADER, ROOT, Result, metric_rows, table
 
 BENCHES = ("overhead", "concurrency", "cpu", "memory", "fake_llm", "prompt_cost", "mcp_call", "chat_cli",
-           "compaction", "subagent", "memory_search")
+           "compaction", "subagent", "memory_search", "scheduler",
+           "feishu")
 
 
 def main() -> int:

@@ -12,6 +12,7 @@ export const PAGES = [
   { id: "mcp", title: "MCP servers", icon: "tool", group: "manage", load: () => import("./pages/mcp.js") },
   { id: "memories", title: "Memories", icon: "brain", group: "manage", load: () => import("./pages/memories.js") },
   { id: "knowledge", title: "Knowledge", icon: "book", group: "manage", load: () => import("./pages/knowledge.js") },
+  { id: "jobs", title: "Jobs", icon: "clock", group: "manage", load: () => import("./pages/jobs.js") },
 ];
 
 export const DEFAULT_PAGE = "chat";

@@ -5,7 +5,7 @@ import { api } from "../api.js";
 import { pageFrame, errorBox } from "./common.js";
 
 const EVERY_MS = 2000;
-const LABELS = { database: "Database", redis: "Redis", workers: "Workers", beat: "Scheduler (beat)", provider: "LLM provider", sandbox: "Shell sandbox" };
+const LABELS = { database: "Database", redis: "Redis", workers: "Workers", beat: "Scheduler (beat)", provider: "LLM provider", sandbox: "Shell sandbox", deliveries: "Channel deliveries" };
 
 export function createPage(ctx) {
   const { el, body, side } = pageFrame(ctx, "health", "Health", "Dependencies and workers, live.");

@@ -1,0 +1,282 @@
+"""Feishu long-connection intake (`picobot feishu`): the SDK's WebSocket event client, one consumer per app.
+
+Feishu pushes events over a WebSocket the app opens itself (no public URL needed): the SDK
+(`lark_oapi.ws.Client`, imported only by ws_sdk.py, in this process) POSTs {domain}/callback/ws/endpoint for a ws URL,
+then reads protobuf frames. Each im.message.receive_v1 is recorded in the SQL event inbox and
+its processing enqueued, exactly as the webhook does (nothing slower runs here).
+
+We drive the SDK's connect/ping/disconnect steps ourselves instead of `Client.start()`, which
+blocks forever on a module-level loop and retries every 2 minutes: here a failed endpoint call
+or a dropped socket is retried with capped exponential backoff and jitter, the endpoint call runs
+off the loop with a timeout, and SIGTERM/SIGINT end the process within SHUTDOWN_DEADLINE seconds.
+A Redis lease (`picobot:feishu:ws:<app_id>`, see singleton.py) lets one process per app connect;
+others stand by and take over when the holder dies. Written against lark-oapi 1.7.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import signal
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from picobot.channels.feishu.singleton import RedisLease, feishu_lock_key
+from picobot.channels.feishu.ws_sdk import EventSink, client_class, describe, load_sdk
+
+if TYPE_CHECKING:
+    from picobot.channels.feishu.config import FeishuConfig
+    from picobot.runtime.services import Runtime
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_MS = 10_000
+STANDBY_POLL_SECS = 1.0
+BACKOFF_BASE_SECS = 1.0
+BACKOFF_CAP_SECS = 60.0
+STABLE_SECS = 60.0  # a connection that lasted this long starts the backoff over
+ENDPOINT_TIMEOUT_SECS = 15.0
+SHUTDOWN_DEADLINE_SECS = 5.0
+
+
+def backoff_delay(attempt: int, rand: Callable[[], float] = random.random) -> float:
+    """Seconds before retry number `attempt` (0-based): 0.5-1 s, 1-2 s, 2-4 s, … up to BACKOFF_CAP_SECS."""
+    ceiling = min(BACKOFF_CAP_SECS, BACKOFF_BASE_SECS * 2 ** min(attempt, 16))
+    return ceiling * (0.5 + rand() / 2)
+
+
+def _off_loop(fn: Callable[[], Any]) -> asyncio.Future:
+    """Run a blocking call on a daemon thread (one that may hang must not hold up the process's exit)."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(error) if error else future.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = fn(), None
+        except BaseException as exc:
+            result, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop is closed: nobody waits for this any more
+            pass
+
+    threading.Thread(target=run, name="feishu-blocking-call", daemon=True).start()
+    return future
+
+
+class LongConnection:
+    def __init__(self, rt: Runtime, cfg: FeishuConfig, channel: str = "feishu", lease_ttl_ms: int = LEASE_TTL_MS):
+        self.rt = rt
+        self.cfg = cfg
+        self.channel = channel
+        self.lease = RedisLease(rt.redis, feishu_lock_key(cfg.app_id), lease_ttl_ms)
+        self._stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._halt: asyncio.Event | None = None
+        self._redis_ok = True
+
+    # --- process lifecycle ----------------------------------------------------------------
+
+    def run(self) -> int:
+        """Serve until SIGTERM/SIGINT (or request_stop()); 0 after a stop."""
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        loop = asyncio.new_event_loop()
+        try:
+            sdk = load_sdk()  # ~2 s: a signal meanwhile is remembered and ends _main at once
+            sdk.loop = loop  # the SDK schedules its receive and handler tasks on this module global
+            loop.set_exception_handler(_background_error)
+            self._loop = loop
+            loop.run_until_complete(self._main(sdk))
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            _finish(loop)
+        log.info("feishu long connection (%s): stopped", self.channel)
+        return 0
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        log.info("feishu long connection (%s): %s received, stopping", self.channel, signal.Signals(signum).name)
+        self.request_stop()
+
+    def request_stop(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        threading.Thread(target=_exit_after, args=(SHUTDOWN_DEADLINE_SECS,), name="feishu-deadline",
+                         daemon=True).start()
+        loop, halt = self._loop, self._halt
+        if loop is not None and halt is not None:
+            try:
+                loop.call_soon_threadsafe(halt.set)
+            except RuntimeError:  # the loop already ended
+                pass
+
+    # --- lease: hold it or stand by -------------------------------------------------------
+
+    async def _main(self, sdk: Any) -> None:
+        self._halt = asyncio.Event()
+        if self._stop.is_set():
+            return
+        waiting_logged = False
+        while not self._halt.is_set():
+            if await self._acquire():
+                waiting_logged = False
+                try:
+                    await self._hold(sdk)
+                finally:
+                    await self._release()
+                continue
+            if not waiting_logged:
+                log.info("feishu long connection (%s): standing by; another process holds the connection of "
+                         "app %s", self.channel, self.cfg.app_id)
+                waiting_logged = True
+            await self._pause(STANDBY_POLL_SECS)
+
+    async def _acquire(self) -> bool:
+        try:
+            held = bool(await _off_loop(self.lease.acquire))
+        except Exception as exc:
+            if self._redis_ok:  # once per outage, not once per poll
+                log.warning("feishu long connection (%s): Redis unavailable (%s); retrying", self.channel,
+                            describe(exc))
+            self._redis_ok = False
+            return False
+        if not self._redis_ok:
+            log.info("feishu long connection (%s): Redis is back", self.channel)
+        self._redis_ok = True
+        return held
+
+    async def _release(self) -> None:
+        try:
+            await asyncio.wait_for(_off_loop(self.lease.release), 1.0)
+        except Exception as exc:  # it expires by itself
+            log.info("feishu long connection (%s): lease not released (%s)", self.channel, describe(exc))
+
+    async def _renew(self, lost: asyncio.Event) -> None:
+        ttl = self.lease.ttl_ms / 1000
+        last_ok = time.monotonic()
+        while True:
+            await asyncio.sleep(ttl / 3)
+            try:
+                if await asyncio.wait_for(_off_loop(self.lease.renew), ttl / 3):
+                    last_ok = time.monotonic()
+                    continue
+                log.warning("feishu long connection (%s): lost the lease to another process; disconnecting",
+                            self.channel)
+            except Exception as exc:
+                if time.monotonic() - last_ok < ttl * 0.6:
+                    log.warning("feishu long connection (%s): lease not renewed (%s)", self.channel, describe(exc))
+                    continue
+                log.warning("feishu long connection (%s): lease not renewed for %.0f s; disconnecting so that no "
+                            "two processes serve the app", self.channel, time.monotonic() - last_ok)
+            lost.set()
+            return
+
+    async def _hold(self, sdk: Any) -> None:
+        log.info("feishu long connection (%s): this process serves app %s", self.channel, self.cfg.app_id)
+        lost = asyncio.Event()
+        renewer = asyncio.create_task(self._renew(lost))
+        attempt = 0
+        try:
+            while not (self._halt.is_set() or lost.is_set()):  # type: ignore[union-attr]
+                started = time.monotonic()
+                connected = await self._session(sdk, lost)
+                if self._halt.is_set() or lost.is_set():  # type: ignore[union-attr]
+                    break
+                if connected and time.monotonic() - started >= STABLE_SECS:
+                    attempt = 0
+                delay = backoff_delay(attempt)
+                attempt += 1
+                log.info("feishu long connection (%s): reconnecting in %.1f s", self.channel, delay)
+                await self._pause(delay, lost)
+        finally:
+            renewer.cancel()
+
+    # --- one connection ---------------------------------------------------------------------
+
+    async def _session(self, sdk: Any, lost: asyncio.Event) -> bool:
+        """Connect once and serve until the socket closes, the lease is lost or we stop; True if it connected."""
+        client = client_class(sdk)(self.cfg.app_id, self.cfg.app_secret, event_handler=EventSink(self.rt, self.channel),
+                                    domain=self.cfg.domain, auto_reconnect=False)
+        logging.getLogger("Lark").setLevel(logging.WARNING)  # Client() sets INFO; our own lines say enough
+        try:
+            done, url = await self._race(asyncio.wait_for(_off_loop(client.fetch_endpoint), ENDPOINT_TIMEOUT_SECS),
+                                         lost)
+            if not done:
+                return False
+            client.endpoint_url = url
+            done, _ = await self._race(client._connect(), lost)
+            if not done or client._conn is None:
+                await self._close(client)
+                return False
+        except Exception as exc:
+            log.warning("feishu long connection (%s): could not connect (%s)", self.channel, describe(exc))
+            await self._close(client)
+            return False
+        log.info("feishu long connection (%s): connected", self.channel)
+        pinger = asyncio.create_task(client._ping_loop())
+        try:
+            await self._race(client._conn.wait_closed(), lost)
+        finally:
+            pinger.cancel()
+            await self._close(client)
+        if not (self._halt.is_set() or lost.is_set()):  # type: ignore[union-attr]
+            log.warning("feishu long connection (%s): the connection closed", self.channel)
+        return True
+
+    async def _close(self, client: Any) -> None:
+        conn = client._conn
+        try:
+            await asyncio.wait_for(client._disconnect(), 2.0)
+        except Exception as exc:
+            log.info("feishu long connection (%s): no clean close (%s)", self.channel, describe(exc))
+            transport = getattr(conn, "transport", None)
+            if transport is not None:
+                transport.abort()
+
+    async def _race(self, aw: Awaitable[Any], *events: asyncio.Event) -> tuple[bool, Any]:
+        """Await `aw` unless we stop or one of `events` is set first: (finished, result)."""
+        task = asyncio.ensure_future(aw)
+        waiters = [asyncio.create_task(e.wait()) for e in (self._halt, *events)]  # type: ignore[union-attr]
+        try:
+            await asyncio.wait([task, *waiters], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        if task.done():
+            return True, task.result()
+        task.cancel()
+        return False, None
+
+    async def _pause(self, seconds: float, *events: asyncio.Event) -> None:
+        await self._race(asyncio.sleep(seconds), *events)
+
+
+def _background_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    # The SDK's receive loop raises when the socket closes (we reconnect ourselves): expected, not alarming.
+    exc = context.get("exception")
+    what = describe(exc) if exc is not None else str(context.get("message"))
+    log.debug("feishu long connection: a background task ended: %s", what)
+
+
+def _finish(loop: asyncio.AbstractEventLoop) -> None:
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.wait(pending, timeout=1.0))
+    loop.close()
+
+
+def _exit_after(seconds: float) -> None:
+    time.sleep(seconds)
+    log.warning("feishu long connection: not stopped within %.0f s; exiting now", seconds)
+    logging.shutdown()
+    os._exit(0)  # a stop was asked for and every acknowledged event is already in SQL: nothing is lost

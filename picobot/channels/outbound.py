@@ -1,0 +1,127 @@
+"""Record deliveries to external channels in the producer's transaction; the payload shapes.
+
+A turn's answer (`record_turn`) is written inside the turn's commit transaction, so a committed
+turn always has its delivery and a fenced-out one never does. After the commit the caller
+wakes the lane (`wake`); if that is lost, the sweeper finds the pending row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, select
+
+from picobot.storage import outbox
+from picobot.storage.models import InboundRow
+
+if TYPE_CHECKING:
+    from picobot.runtime.services import Runtime
+
+log = logging.getLogger("picobot.channels")
+
+MAX_KEY_CHARS = 50  # Feishu's uuid (dedupe key) takes at most 50 characters
+KINDS = ("reply", "notice", "message", "command")
+_i = InboundRow.__table__
+
+
+def delivery_key(raw: str) -> str:
+    """A deterministic idempotency key of at most 50 characters (sha1-based when `raw` is longer)."""
+    if len(raw) <= MAX_KEY_CHARS:
+        return raw
+    return "h:" + hashlib.sha1(raw.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def payload(text: str, fmt: str = "markdown", reply_to: str | None = None, turn_id: str | None = None,
+            session_id: str | None = None) -> dict[str, Any]:
+    return {"text": text, "format": fmt, "reply_to": reply_to, "turn_id": turn_id, "session_id": session_id}
+
+
+def reply_to_of(conn: Connection, turn_id: str) -> str | None:
+    """The platform message id of the turn's last claimed input that came from the platform.
+
+    Internal inputs carry ids with a prefix (`job:…`); platform ids (Feishu `om_…`) have no colon.
+    """
+    q = (select(_i.c.platform_message_id).where(_i.c.turn_id == turn_id, _i.c.platform_message_id.is_not(None))
+         .order_by(_i.c.seq.desc()))
+    for pmid in conn.execute(q).scalars():
+        if pmid and ":" not in pmid:
+            return pmid
+    return None
+
+
+def turn_text(status: str, final_text: str, error: str | None) -> tuple[str, str, str] | None:
+    """(kind, text, format) of a finished turn's delivery; None when there is nothing to say."""
+    if status == "completed":
+        text = (final_text or "").strip()
+        return ("reply", text, "markdown") if text else None
+    if status == "cancelled":
+        partial = (final_text or "").strip()
+        return "notice", f"{partial}\n\n(stopped)" if partial else "(stopped)", "plain"
+    return "notice", f"⚠ {error or 'The turn failed.'}", "plain"
+
+
+def record_turn(conn: Connection, rt: "Runtime", channel: str, chat_id: str, session_id: str, turn_id: str,
+                status: str, final_text: str, error: str | None, reply_to: str | None = None) -> bool:
+    """Record a finished turn's answer for an external channel (in the caller's transaction).
+
+    `final_text` is the answer (completed) or the partial text (cancelled). `reply_to` None: looked
+    up from the turn's inputs. False when the channel is not external or there is nothing to send.
+    """
+    if not rt.channels.external(channel):
+        return False
+    shaped = turn_text(status, final_text, error)
+    if shaped is None:
+        return False
+    kind, text, fmt = shaped
+    if reply_to is None:
+        reply_to = reply_to_of(conn, turn_id)
+    # one delivery per turn: a committed turn (reply/notice) or one given up on (notice), never both
+    return outbox.add(conn, channel, chat_id, payload(text, fmt, reply_to, turn_id, session_id),
+                      delivery_key(f"t:{turn_id}"), session_id=session_id, turn_id=turn_id, kind=kind)
+
+
+def record_message(conn: "Connection | Runtime", channel: str, chat_id: str, text: str, kind: str = "message",
+                   key: str | None = None, session_id: str | None = None, reply_to: str | None = None,
+                   fmt: str | None = None) -> bool:
+    """Record one message to a chat (send_session_message, scheduler, command answers). False if a duplicate.
+
+    Given a Connection it writes in the caller's transaction (the caller wakes the lane after its
+    commit); given the Runtime it commits on its own and wakes the lane itself.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown delivery kind {kind!r}")
+    if not isinstance(conn, Connection):
+        rt = conn
+        if not rt.channels.external(channel):
+            raise ValueError(f"channel {channel!r} is not a configured, enabled external channel")
+        with rt.db.begin() as tx:
+            created = record_message(tx, channel, chat_id, text, kind, key, session_id, reply_to, fmt)
+        wake(rt, channel, chat_id)
+        return created
+    fmt = fmt or ("plain" if kind == "notice" else "markdown")
+    key = delivery_key(key or f"m:{uuid.uuid4().hex}")
+    return outbox.add(conn, channel, chat_id, payload(text, fmt, reply_to, None, session_id), key,
+                      session_id=session_id, kind=kind)
+
+
+def wake(rt: "Runtime", channel: str, chat_id: str) -> None:
+    """After the commit: start the lane's delivery. A lost wake-up is the sweeper's to repair."""
+    try:
+        rt.queue.enqueue_delivery(channel, chat_id)
+    except Exception as exc:  # recorded in SQL: the sweeper re-enqueues due lanes
+        log.warning("delivery lane %s:%s not enqueued (%s); the sweeper will", channel, chat_id,
+                    type(exc).__name__)
+
+
+def wake_session(rt: "Runtime", session_id: str) -> None:
+    """Wake the lane of a session's chat when its channel is external (after a failed-input notice)."""
+    from picobot.storage import sessions
+
+    with rt.db.read() as s:
+        row = sessions.get(s, session_id)
+        lane = (row.channel, row.chat_id) if row is not None else None
+    if lane is not None and rt.channels.external(lane[0]):
+        wake(rt, *lane)

@@ -1,0 +1,125 @@
+"""What a job does when it fires, by kind; `run` returns (outcome, error, session_id).
+
+- internal_event: payload.event `memory_maintenance` or `session_cleanup`, run here -> ok/failed.
+- outbound_message: payload.text (or prompt) delivered to the target chat -> ok/failed.
+- agent_task: a synthetic user input (platform_message_id `job:<id>:<due>`, mode `queue`, so it
+  waits behind a running turn and is always the first input of its own turn) in the target chat's
+  current dialog (a new dialog with payload.fresh_session), drained by `picobot.turn` on the
+  `scheduled` queue -> "running"; the turn's end records the outcome (fire.on_turn_finished).
+- silent_agent_task: the same in its own session, channel `scheduler`, chat
+  target.session_chat_id or the job id; nothing is pushed on success; a failure sends exactly one
+  notice to the target chat (`notify_failure`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from picobot.domain.messages import ChatMessage
+from picobot.storage import inbound, messages, sessions
+from picobot.storage.models import MODE_QUEUE
+
+if TYPE_CHECKING:
+    from picobot.runtime.services import Runtime
+
+log = logging.getLogger("picobot.scheduler")
+
+MARKER_SYSTEM_PROMPT = "scheduled_system_prompt"
+MARKER_JOB_MESSAGE = "scheduled_message"
+SILENT_CHANNEL = "scheduler"
+LOCAL_CHANNELS = ("web", "cli_chat", SILENT_CHANNEL)  # delivered over pub/sub + a stored message
+
+
+def run(rt: "Runtime", job: Any, due_at: float) -> tuple[str, str | None, str | None]:
+    if job.kind == "internal_event":
+        return _internal(rt, job)
+    if job.kind == "outbound_message":
+        text = str(job.payload.get("text") or job.payload.get("prompt") or "")
+        if not text.strip():
+            return "failed", "payload.text is empty", None
+        deliver(rt, job.target or {}, text, key=f"j:{job.id}:{due_at!r}")
+        return "ok", None, None
+    if job.kind in ("agent_task", "silent_agent_task"):
+        return "running", None, _agent_input(rt, job, due_at, silent=job.kind == "silent_agent_task")
+    return "failed", f"unknown kind {job.kind!r}", None
+
+
+def _internal(rt: "Runtime", job: Any) -> tuple[str, str | None, str | None]:
+    event = job.payload.get("event")
+    if event == "memory_maintenance":
+        from picobot.memory.maintenance import run_maintenance
+
+        run_maintenance(rt)
+        return "ok", None, None
+    if event == "session_cleanup":
+        from picobot.scheduler.cleanup import cleanup_sessions
+
+        cleanup_sessions(rt)
+        return "ok", None, None
+    return "failed", f"payload.event {event!r} is not memory_maintenance or session_cleanup", None
+
+
+def _agent_input(rt: "Runtime", job: Any, due_at: float, silent: bool) -> str:
+    from picobot.runtime.task_names import QUEUE_SCHEDULED
+    from picobot.scheduler.fire import input_id
+
+    payload, target = job.payload or {}, job.target or {}
+    if silent:
+        channel, chat_id = SILENT_CHANNEL, str(target.get("session_chat_id") or job.id)
+    else:
+        channel, chat_id = str(target.get("channel")), str(target.get("chat_id"))
+    from picobot.channels.access import agent_for
+
+    agent = str(payload.get("agent") or agent_for(rt, channel))
+    if payload.get("fresh_session"):
+        with rt.db.write() as s:
+            sessions.create(s, channel, chat_id, title=f"job {job.id}", agent=agent)
+    with rt.db.begin() as conn:
+        session_id = sessions.current_or_create_id(conn, channel, chat_id, agent)
+        _, created = inbound.enqueue(conn, session_id, channel, str(payload.get("prompt") or ""),
+                                     str(payload.get("sender_id") or "scheduler"), MODE_QUEUE,
+                                     input_id(job.id, due_at))
+        if created and payload.get("system_prompt"):
+            messages.append(conn, session_id, None, [ChatMessage(
+                role="system", content=str(payload["system_prompt"]), marker=MARKER_SYSTEM_PROMPT)])
+    try:
+        rt.queue.enqueue_turn(session_id, queue=QUEUE_SCHEDULED)  # type: ignore[call-arg]
+    except Exception as exc:  # stored: the sweeper wakes the session once the broker is back
+        log.warning("job %s input stored but not enqueued (%s); the sweeper will run it", job.id,
+                    type(exc).__name__)
+    return session_id
+
+
+def deliver(rt: "Runtime", target: dict[str, Any], text: str, marker: str = MARKER_JOB_MESSAGE,
+            key: str | None = None, kind: str = "message") -> None:
+    """Text to a chat: web/cli_chat get a stored message in its current dialog and a `message`
+    event; an external channel (Feishu) gets an outbox delivery whose idempotency key is `key`
+    (job id + due time), so a run handled twice still shows once."""
+    channel, chat_id = str(target.get("channel") or ""), str(target.get("chat_id") or "")
+    if not channel or not chat_id:
+        raise ValueError("the job has no target chat (target.channel, target.chat_id)")
+    if channel in LOCAL_CHANNELS:
+        with rt.db.write() as s:
+            session_id = sessions.get_or_create_current(s, channel, chat_id).id
+            messages.append(s.connection(), session_id, None, [
+                ChatMessage(role="assistant", content=text, marker=marker)])
+        rt.publisher.publish({"type": "message", "session_id": session_id, "text": text, "from_session": None})
+        return
+    from picobot.channels import outbound
+
+    outbound.record_message(rt, channel, chat_id, text, kind=kind, key=key)
+
+
+def notify_failure(rt: "Runtime", job: Any, error: str, due_at: float | None = None) -> None:
+    """The one notice of a failed silent_agent_task, to its target chat (best effort, logged)."""
+    target = job.target or {}
+    if not target.get("channel") or not target.get("chat_id") or target.get("channel") == SILENT_CHANNEL:
+        log.warning("silent job %s failed and has no chat to tell: %s", job.id, error)
+        return
+    text = f"⚠ Scheduled job {job.id} failed: {error}"[:4000]
+    try:
+        key = None if due_at is None else f"jf:{job.id}:{due_at!r}"
+        deliver(rt, target, text, marker="scheduled_failure", key=key, kind="notice")
+    except Exception:
+        log.exception("job %s: the failure notice could not be delivered", job.id)

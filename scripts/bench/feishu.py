@@ -1,0 +1,233 @@
+"""Feishu channel: webhook acknowledgement latency at a fixed event rate (vs a bare Flask JSON endpoint in the
+same run), delivery lag (turn committed -> reply accepted by the fake Feishu), and RSS of web and worker
+with Feishu enabled, plus a check that neither process imported lark_oapi.
+
+Events are signed + encrypted by scripts/fake_feishu's EventSender (prepared before the timed phase), sent
+open-loop at --rate per second for --seconds, each to its own p2p chat. The fake Feishu OpenAPI runs in this
+process. A `sitecustomize` on the stack's PYTHONPATH writes each process's sys.modules to a file every second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import sqlalchemy
+
+from scripts.bench.common import (
+    BENCH_GATEWAY, ROOT, FakeLLMProcess, Result, Stack, free_port, log, main, p50_p99, pg_schema, process_tree,
+    rss_mb,
+)
+from scripts.fake_feishu import EventSender, FakeFeishu
+from tests.stack import wait_for
+
+NAME = "feishu"
+PROBE = '''import os, sys, threading, time
+_dir = os.environ.get("PICOBOT_BENCH_MODULES_DIR")
+def _loop():
+    while True:
+        time.sleep(1)
+        try:
+            with open(os.path.join(_dir, "%d.txt" % os.getpid()), "w") as f:
+                f.write(" ".join(sys.argv[:4]) + "\\n" + "\\n".join(sorted(sys.modules)))
+        except Exception:
+            pass
+def _start():
+    threading.Thread(target=_loop, daemon=True).start()
+if _dir:
+    _start()
+    os.register_at_fork(after_in_child=_start)
+'''
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rate", type=float, default=200, help="webhook events per second (default 200)")
+    p.add_argument("--seconds", type=float, default=5, help="length of the timed phase (default 5)")
+    p.add_argument("--lag-events", type=int, default=40, help="events of the light-load delivery-lag phase")
+
+
+def blast(url: str, wires: list[tuple[bytes, dict[str, str]]], rate: float) -> tuple[list[float], int]:
+    """Post the prepared bodies open-loop at `rate`/s; return (latencies ms of 200 answers, failures)."""
+    lat: list[float] = []
+    failures = [0]
+    lock = threading.Lock()
+    client = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=256, max_keepalive_connections=256))
+
+    def one(body: bytes, headers: dict[str, str]) -> None:
+        t0 = time.perf_counter()
+        try:
+            ok = client.post(url, content=body, headers=headers).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        ms = (time.perf_counter() - t0) * 1000
+        with lock:
+            if ok:
+                lat.append(ms)
+            else:
+                failures[0] += 1
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(128) as ex:
+        for i, (body, headers) in enumerate(wires):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            ex.submit(one, body, headers)
+    client.close()
+    return lat, failures[0]
+
+
+def prepare(sender: EventSender, n: int, text: str) -> tuple[list[str], list[tuple[bytes, dict[str, str]]]]:
+    ids, wires = [], []
+    for i in range(n):
+        ev = sender.message(chat_id=f"oc_bench_{uuid.uuid4().hex[:10]}", text=f"{text} {i}", sender_open_id="ou_bench")
+        ids.append(ev["event"]["message"]["message_id"])
+        wires.append(sender.wire(ev))
+    return ids, wires
+
+
+def bare_baseline(wires: list[tuple[bytes, dict[str, str]]], rate: float, tmp: Path) -> list[float]:
+    from picobot.cli.processes import web_argv
+
+    port = free_port()
+    argv = web_argv(None, bind=f"127.0.0.1:{port}")  # type: ignore[arg-type]  # config unused with bind
+    argv[-1] = "scripts.bench.bare_webhook:create_app()"
+    with open(tmp / "bare_webhook.log", "ab") as log_file:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for(lambda: _ok(f"http://127.0.0.1:{port}/health"), 30, "the bare webhook app did not start")
+            return blast(f"http://127.0.0.1:{port}/feishu/events", wires, rate)[0]
+        finally:
+            os.killpg(proc.pid, 15)
+            proc.wait(timeout=30)
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def lags(stack: Stack, fake: FakeFeishu, message_ids: list[str]) -> list[float]:
+    """ms from each turn's commit (turns.finished_at) to the fake accepting its reply."""
+    eng = sqlalchemy.create_engine(stack.database_url)
+    with eng.connect() as c:
+        rows = c.execute(sqlalchemy.text(
+            "SELECT i.platform_message_id, t.finished_at FROM inbound i JOIN turns t ON t.id = i.turn_id "
+            "WHERE i.channel = 'feishu' AND t.finished_at IS NOT NULL")).all()
+    eng.dispose()
+    finished = {r[0]: r[1] for r in rows}
+    with fake.lock:
+        accepted = {m["reply_to"]: m["time"] for m in fake.sent if m["reply_to"]}
+    return [(accepted[m] - finished[m]) * 1000 for m in message_ids if m in accepted and m in finished]
+
+
+def modules(probe_dir: Path, pids: list[int]) -> set[str]:
+    out: set[str] = set()
+    for pid in pids:
+        path = probe_dir / f"{pid}.txt"
+        if path.exists():
+            out |= set(path.read_text().splitlines()[1:])
+    return out
+
+
+def run(args: argparse.Namespace) -> Result:
+    tmp = Path(tempfile.mkdtemp(prefix="picobot-bench-feishu-"))
+    probe_dir = tmp / "modules"
+    probe_dir.mkdir()
+    (tmp / "probe").mkdir()
+    (tmp / "probe" / "sitecustomize.py").write_text(PROBE)
+    fake = FakeFeishu(app_id="cli_bench", app_secret="secret_bench", rate_limit_qps=None).start()
+    llm = FakeLLMProcess(tmp / "fake_llm.log")
+    stack: Stack | None = None
+    exits = contextlib.ExitStack()
+    try:
+        database_url = exits.enter_context(pg_schema()) if args.db == "postgres" else None
+        n = int(args.rate * args.seconds)
+        sender = EventSender("http://unused", "vtok", "ekey", app_id=fake.app_id, fake=fake)
+        ids, wires = prepare(sender, n, "bench")
+        log(f"feishu: baseline, bare Flask JSON endpoint, {n} events at {args.rate:g}/s")
+        bare = bare_baseline(wires, args.rate, tmp)
+
+        stack = Stack(tmp, llm.url, database_url=database_url, gateway=BENCH_GATEWAY)
+        cfg = json.loads((stack.home / "config.json").read_text())
+        cfg["channels"] = {"feishu": {"enabled": True, "app_id": fake.app_id, "app_secret": fake.app_secret,
+                                      "domain": fake.base_url, "verification_token": "vtok", "encrypt_key": "ekey"}}
+        (stack.home / "config.json").write_text(json.dumps(cfg, indent=2))
+        stack.env.update(PICOBOT_BENCH_MODULES_DIR=str(probe_dir),
+                         PYTHONPATH=os.pathsep.join([str(tmp / "probe"), str(ROOT)]))
+        stack.start_web()
+        stack.start_worker("w1", concurrency=200)
+        stack.start_beat()
+        url = f"{stack.http}/feishu/events"
+
+        log(f"feishu: PicoBot webhook, {n} events at {args.rate:g}/s")
+        acks, failures = blast(url, wires, args.rate)
+        settle_deadline = time.monotonic() + 120 + n / 10
+        while time.monotonic() < settle_deadline and len({m["reply_to"] for m in fake.sent}) < n:
+            time.sleep(0.5)
+        loaded_lag = lags(stack, fake, ids)
+
+        log(f"feishu: delivery lag at light load ({args.lag_events} events, 5/s)")
+        light_ids, light_wires = prepare(sender, args.lag_events, "light")
+        blast(url, light_wires, 5)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not set(light_ids) <= {m["reply_to"] for m in fake.sent}:
+            time.sleep(0.2)
+        light_lag = lags(stack, fake, light_ids)
+        time.sleep(1.5)  # one more sys.modules dump
+        web_pids, worker_pids = process_tree(stack.procs["web"].pid), process_tree(stack.procs["w1"].pid)
+        web_rss, worker_rss = rss_mb(web_pids), rss_mb(worker_pids)
+        web_mods, worker_mods = modules(probe_dir, web_pids), modules(probe_dir, worker_pids)
+        sender.close()
+    finally:
+        if stack is not None:
+            stack.stop()
+        llm.stop()
+        fake.stop()
+        exits.close()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"[bench] logs kept in {tmp}", file=sys.stderr)
+
+    res = Result(NAME)
+    (a50, a99), (b50, b99) = p50_p99(acks), p50_p99(bare)
+    res.add(f"webhook ack p50 at {args.rate:g}/s", a50, "ms", "", None, f"bare Flask {b50:.1f} ms",
+            f"{a50 / b50:.1f}x bare" if b50 else "")
+    res.add(f"webhook ack p99 at {args.rate:g}/s", a99, "ms", "", None, f"bare Flask {b99:.1f} ms",
+            f"{a99 / b99:.1f}x bare" if b99 else "")
+    for label, values in ((f"under {args.rate:g}/s", loaded_lag), ("light load", light_lag)):
+        l50, l99 = p50_p99(values)
+        res.add(f"delivery lag p50, {label}", l50, "ms")
+        res.add(f"delivery lag p99, {label}", l99, "ms")
+    res.add("web RSS (Feishu enabled)", web_rss, "MB")
+    res.add("worker RSS (Feishu enabled)", worker_rss, "MB")
+    lark_free = not any(m.startswith("lark_oapi") for m in web_mods | worker_mods)
+    res.add("lark_oapi imported by web or worker", 0.0 if lark_free else 1.0, "", "0", lark_free and bool(web_mods)
+            and bool(worker_mods))
+    res.notes += [f"{len(acks)} of {n} events acknowledged with 200 ({failures} failed); "
+                  f"{len(loaded_lag)} replies matched to turns under load, {len(light_lag)} of {args.lag_events} light",
+                  f"sys.modules seen: web {len(web_mods)} modules, worker {len(worker_mods)} "
+                  f"(0 means the probe did not run: the lark_oapi check then counts as missed)"]
+    res.raw = {"acks_ms": acks, "bare_ms": bare, "lag_loaded_ms": loaded_lag, "lag_light_ms": light_lag,
+               "web_rss": web_rss, "worker_rss": worker_rss, "lark_free": lark_free}
+    return res
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(NAME, run, add_args, __doc__))
