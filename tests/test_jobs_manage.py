@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from picobot.config.schema import Config
 from picobot.runtime.services import Runtime, connect_redis
@@ -120,6 +120,7 @@ def _deep(n: int) -> Any:
     st.just(job(payload={"prompt": "x", "metadata": {"n": float("nan")}})),
     st.just(job(payload={"prompt": "\ud800"})),
 ))
+@example(data={"": 2 ** 53 + 1})  # an empty key: the field is still named (`job[""]`)
 def test_hostile_input_only_ever_raises_job_error(data: Any) -> None:
     try:
         j = parse_job(data, Config(), now=NOW)
@@ -326,3 +327,14 @@ def test_config_and_builtin_jobs(tmp_path: Path, redis_url: str) -> None:
     assert final["cfg.cleanup"]["schedule"]["seconds"] == 600 and final["cfg.cleanup"]["version"] == 2
     assert final[SESSION_CLEANUP_JOB]["payload"] == {"event": "session_cleanup"}
     rt.db.dispose()
+
+
+@pytest.mark.parametrize(("data", "field"), [
+    ({"": 2 ** 53 + 1}, 'job[""]'),
+    (job(payload={"prompt": "x", "metadata": {"a b": float("inf")}}), 'payload.metadata["a b"]'),
+    (job(payload={"prompt": "x", "metadata": {"k" * 100: float("nan")}}), "payload.metadata[\"" + "k" * 61 + '..."]'),
+])
+def test_an_odd_key_is_named_readably_in_the_error(data: dict[str, Any], field: str) -> None:
+    with pytest.raises(JobError) as e:
+        parse_job(data, Config(), now=NOW)
+    assert e.value.field == field

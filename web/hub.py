@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import threading
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -11,13 +10,11 @@ from typing import Any
 
 import redis
 
-from picobot.runtime import keys
+from picobot.runtime.publisher import follow_events
 from web.frames import encode_frame
 from web.outbox import Outbox, OutboxLimits, WriteWaiter
 
 __all__ = ["EventHub", "Outbox", "OutboxLimits"]
-
-log = logging.getLogger("picobot.web.hub")
 
 
 class EventHub:
@@ -83,26 +80,12 @@ class EventHub:
             self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            pubsub = self.r.pubsub(ignore_subscribe_messages=True)
-            try:
-                pubsub.psubscribe(keys.EVENTS_PATTERN)
-                while not self._stop.is_set():
-                    message = pubsub.get_message(timeout=1.0)
-                    if message is not None:
-                        self._dispatch(message)
-            except Exception as exc:  # Redis restarted: resubscribe; clients catch up from history
-                log.warning("event hub reconnecting: %s", exc)
-                self._stop.wait(0.5)
-            finally:
-                try:
-                    pubsub.close()
-                except Exception:
-                    pass
+        # clients catch up from history on what was missed while Redis restarted
+        follow_events(self.r, self._stop, self._dispatch, "event hub")
 
-    def _dispatch(self, message: dict[str, Any]) -> None:
+    def _dispatch(self, data: Any) -> None:
         try:
-            frame = json.loads(message["data"])
+            frame = json.loads(data)
         except (TypeError, ValueError):
             return
         if not isinstance(frame, dict):

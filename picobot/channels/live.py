@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from picobot.runtime import keys
+from picobot.runtime.publisher import follow_events
 from picobot.storage.models import InboundRow, SessionRow
 
 if TYPE_CHECKING:
@@ -79,22 +79,8 @@ class LiveRelay:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            pubsub = self.rt.redis.pubsub(ignore_subscribe_messages=True)
-            try:
-                pubsub.psubscribe(keys.EVENTS_PATTERN)
-                while not self._stop.is_set():
-                    message = pubsub.get_message(timeout=1.0)
-                    if message is not None:
-                        self.dispatch(message.get("data"))
-            except Exception as exc:  # Redis restarted: resubscribe (a missed turn only loses its progress)
-                log.warning("live relay reconnecting: %s", exc)
-                self._stop.wait(0.5)
-            finally:
-                try:
-                    pubsub.close()
-                except Exception:
-                    pass
+        # a turn whose events were missed while Redis restarted only loses its progress
+        follow_events(self.rt.redis, self._stop, self.dispatch, "live relay")
 
     # ---- events ------------------------------------------------------------------------------
 

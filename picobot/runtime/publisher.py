@@ -110,3 +110,27 @@ class EventPublisher:
             with self._publish_lock:
                 if turn_key not in self._finished:
                     self.publish(snapshot())
+
+
+def follow_events(r: redis.Redis, stop: threading.Event, on_data: Callable[[Any], None], name: str) -> None:
+    """Call on_data(payload) for every turn event on pub/sub until stop is set.
+
+    A lost connection (Redis restarted) is logged and the subscription made again: what was
+    published meanwhile is missed, so callers treat events as progress, not as the record.
+    """
+    while not stop.is_set():
+        pubsub = r.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.psubscribe(keys.EVENTS_PATTERN)
+            while not stop.is_set():
+                message = pubsub.get_message(timeout=1.0)
+                if message is not None:
+                    on_data(message.get("data"))
+        except Exception as exc:
+            log.warning("%s reconnecting: %s", name, exc)
+            stop.wait(0.5)
+        finally:
+            try:
+                pubsub.close()
+            except Exception:
+                pass

@@ -69,31 +69,39 @@ class Job:
 def _check_json(value: Any, path: str, depth: int = 0) -> None:
     """Only JSON values: str (no lone surrogates), finite numbers, bool, None, lists, str-keyed dicts."""
     if depth > MAX_DEPTH:
-        raise JobError(path, f"nested deeper than {MAX_DEPTH} levels")
+        raise JobError(path or "job", f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, str):
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise JobError(path, "text is not valid Unicode (lone surrogate)") from None
+            raise JobError(path or "job", "text is not valid Unicode (lone surrogate)") from None
     elif isinstance(value, bool) or value is None:
         return
     elif isinstance(value, int):
         if abs(value) > 2 ** 53:
-            raise JobError(path, "number too large")
+            raise JobError(path or "job", "number too large")
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise JobError(path, "number must be finite (no NaN or Infinity)")
+            raise JobError(path or "job", "number must be finite (no NaN or Infinity)")
     elif isinstance(value, list):
         for i, item in enumerate(value):
             _check_json(item, f"{path}[{i}]", depth + 1)
     elif isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise JobError(path, "object keys must be text")
-            _check_json(key, path, depth + 1)
-            _check_json(item, f"{path}.{key}" if path else key, depth + 1)
+                raise JobError(path or "job", "object keys must be text")
+            _check_json(key, path or "job", depth + 1)
+            _check_json(item, _child(path, key), depth + 1)
     else:
-        raise JobError(path, f"{type(value).__name__} is not a JSON value")
+        raise JobError(path or "job", f"{type(value).__name__} is not a JSON value")
+
+
+def _child(path: str, key: str) -> str:
+    """The field name of key under path: `a.b` for plain keys, `a["odd key"]` (shortened) otherwise."""
+    if key.isidentifier() and len(key) <= 64:
+        return f"{path}.{key}" if path else key
+    shown = json.dumps(key if len(key) <= 64 else key[:61] + "...", ensure_ascii=True)
+    return f"{path or 'job'}[{shown}]"
 
 
 def _field_of(err: dict[str, Any]) -> str:
@@ -130,7 +138,7 @@ def parse_job(data: Any, config: Config, *, now: float, default_target: dict | N
 def _parse(data: Any, config: Config, now: float, default_target: dict | None) -> Job:
     if not isinstance(data, dict):
         raise JobError("job", "a job is a JSON object")
-    _check_json(data, "")
+    _check_json(data, "")  # paths name the field: `payload.metadata.x`, `job[""]`
     size = len(json.dumps(data, ensure_ascii=False).encode("utf-8"))
     if size > MAX_JOB_BYTES:  # the payload's own cap (below) names the field in the usual case
         raise JobError("job", f"job JSON is {size} bytes; the limit is {MAX_JOB_BYTES}")
