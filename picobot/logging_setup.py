@@ -24,8 +24,9 @@ class RedactingFilter(logging.Filter):
         clean = redact(message, self.secrets)
         if clean != message or record.exc_info:
             if record.exc_info:
+                # formatters print exc_text when it is set, so the traceback goes out redacted; exc_info
+                # stays for the handlers that come after this one (pytest's caplog, an error tracker)
                 record.exc_text = redact(logging.Formatter().formatException(record.exc_info), self.secrets)
-                record.exc_info = None
             record.msg, record.args = clean, None
         return True
 

@@ -122,3 +122,35 @@ def test_the_redactor_depends_on_nothing_of_picobot() -> None:
             "print(sorted(m for m in sys.modules if m.startswith('picobot')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "['picobot', 'picobot.security', 'picobot.security.redact']"
+
+
+def test_a_logged_traceback_is_redacted_and_later_handlers_still_see_the_exception() -> None:
+    import io
+    import logging
+
+    secret = "sk-live-0123456789abcdef"
+    out, seen = io.StringIO(), []
+    first = logging.StreamHandler(out)
+    first.setFormatter(logging.Formatter("%(message)s"))
+    first.addFilter(logging_setup.RedactingFilter({secret}))
+
+    class Later(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append((record.exc_info, self.format(record)))
+
+    logger = logging.getLogger("picobot.test.redact")
+    logger.propagate = False
+    logger.addHandler(first)
+    logger.addHandler(Later())
+    try:
+        try:
+            raise RuntimeError(f"bad key {secret}")
+        except RuntimeError:
+            logger.exception("call failed with %s", secret)
+    finally:
+        logger.handlers.clear()
+        logger.propagate = True
+    assert secret not in out.getvalue() and "RuntimeError: bad key" in out.getvalue()
+    (exc_info, text), = seen
+    assert exc_info is not None and exc_info[0] is RuntimeError
+    assert secret not in text and "Traceback" in text
