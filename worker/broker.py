@@ -8,6 +8,11 @@ rebuilt whenever kombu replaces the pool (reconnects, forks). Everything else is
 
 Selected with `broker_transport = "worker.broker:Transport"` (worker/celery_app.py) for `redis://`
 and `rediss://` broker URLs; other schemes (e.g. `sentinel://`) keep kombu's own transport.
+
+`OutboundFirstCycle` (the `queue_order_strategy`) makes a worker's BRPOP look at the `outbound`
+queue first and at the others round-robin, as kombu does by default. Outbound tasks are short
+(a reply already written, a platform event to record), so they never starve the rest; without
+it, under a backlog a finished turn's reply waited behind every turn queued before it.
 """
 
 from __future__ import annotations
@@ -15,6 +20,15 @@ from __future__ import annotations
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+from kombu.utils.scheduling import round_robin_cycle
+
+from picobot.runtime.task_names import QUEUE_OUTBOUND
+
+
+class OutboundFirstCycle(round_robin_cycle):
+    def consume(self, n: int) -> list[str]:
+        items = super().consume(n)
+        return sorted(items, key=lambda queue: queue != QUEUE_OUTBOUND)  # stable: the rest keep their turn
 
 
 class Channel(kombu_redis.Channel):

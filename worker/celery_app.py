@@ -51,7 +51,7 @@ def make_celery(config: Config) -> PicoCelery:
         # kombu's Redis transport minus a client per publish (other schemes, e.g. sentinel://, keep kombu's)
         broker_transport="worker.broker:Transport" if url.split("://", 1)[0] in ("redis", "rediss") else None,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": 3600},
+        broker_transport_options=_transport_options(url),
         task_ignore_result=True,
         task_acks_late=False,  # recovery is the sweeper's job, from SQL, not the broker's
         task_default_queue=QUEUE_TURNS,
@@ -84,6 +84,14 @@ def make_celery(config: Config) -> PicoCelery:
     tasks.register(app, lambda: app.runtime)
     signals.worker_ready.connect(_on_worker_ready, sender=None, weak=False)
     return app
+
+
+def _transport_options(url: str) -> dict:
+    options: dict = {"visibility_timeout": 3600}
+    if url.split("://", 1)[0] in ("redis", "rediss", "sentinel"):
+        # replies and platform events before new turns (worker/broker.py)
+        options["queue_order_strategy"] = "worker.broker:OutboundFirstCycle"
+    return options
 
 
 def _memory_maintenance_entry(config: Config) -> dict:
