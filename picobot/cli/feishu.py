@@ -35,27 +35,44 @@ def _fail(message: str) -> int:
     return 2
 
 
-def run(config: Config, args: argparse.Namespace) -> int:
+def check(config: Config, key: str) -> str | None:
+    """Why channels.<key> cannot run the long-connection client, or None when it can."""
     from picobot.channels.feishu.config import FeishuConfig
 
-    key = args.channel
     channel = config.channels.get(key)
     if channel is None or (channel.type or key) != "feishu":
-        return _fail(f"channels.{key} is not a Feishu channel in {config.config_path or 'the configuration'}")
+        return f"channels.{key} is not a Feishu channel in {config.config_path or 'the configuration'}"
     cfg = FeishuConfig.from_channel(channel)
     if not cfg.enabled:
-        return _fail(f"channels.{key}.enabled is false")
+        return f"channels.{key}.enabled is false"
     if cfg.mode != "long_connection":
-        return _fail(f"channels.{key}.mode is {cfg.mode!r}; set it to \"long_connection\" to use this command "
-                     "(webhook mode needs no extra process: the web process takes the events)")
+        return (f"channels.{key}.mode is {cfg.mode!r}; set it to \"long_connection\" to use this command "
+                "(webhook mode needs no extra process: the web process takes the events)")
+    return None
+
+
+def run(config: Config, args: argparse.Namespace) -> int:
+    if (problem := check(config, args.channel)) is not None:
+        return _fail(problem)
+    from picobot.cli.processes import exec_argv
+
+    # the client records events and queues their processing: that needs the task system, which the
+    # core does not import; worker/commands.py continues with serve()
+    return exec_argv([sys.executable, "-m", "worker.commands", "feishu", args.channel])
+
+
+def serve(config: Config, key: str, queue: Any) -> int:
+    """Run the long-connection client of channels.<key> until SIGTERM or Ctrl-C."""
+    if (problem := check(config, key)) is not None:
+        return _fail(problem)
+    from picobot.channels.feishu.config import FeishuConfig
     from picobot.channels.feishu.longconn import LongConnection
     from picobot.logging_setup import setup_logging
     from picobot.runtime.services import build_runtime
-    from worker.celery_app import make_celery
-    from worker.queue import CeleryTaskQueue
 
+    cfg = FeishuConfig.from_channel(config.channels[key])
     setup_logging(config)
-    rt = build_runtime(config, CeleryTaskQueue(make_celery(config)), migrate=True)
+    rt = build_runtime(config, queue, migrate=True)
     try:
         return LongConnection(rt, cfg, channel=key).run()
     finally:

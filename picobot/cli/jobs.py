@@ -2,7 +2,9 @@
 
 Talks to SQL directly through JobService with this machine's config, as the owner (whoever can
 read the config may change every job). A job added without a target goes to this terminal's
-chat (the one `picobot chat` uses). `run` hands the job to the workers through Celery.
+chat (the one `picobot chat` uses). `run` hands the job to the workers through the task queue:
+it checks the job here, then continues as `python -m worker.commands jobs run` (the core does not
+import Celery).
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ class BadInput(Exception):
     """A file or JSON the command cannot use: one line to stderr, exit 2."""
 
 
-def run(config: Config, args: argparse.Namespace) -> int:
+def run(config: Config, args: argparse.Namespace, queue: Any = None) -> int:
+    """One `picobot jobs` action; `queue` is the task queue `run` needs (worker/commands.py gives it)."""
     from picobot.errors import ToolError
     from picobot.runtime.services import build_runtime
 
@@ -54,7 +57,13 @@ def run(config: Config, args: argparse.Namespace) -> int:
         data = _read_job(args.file) if args.jobs_action == "add" else None
     except BadInput as exc:
         return _fail(str(exc))
-    rt = build_runtime(config, _queue(config) if args.jobs_action == "run" else _NoQueue(), migrate=True)
+    if args.jobs_action == "run" and queue is None:
+        from picobot.cli.processes import exec_argv
+
+        _check_visible(config, args.job_id)  # a clear error before the task system starts
+        return exec_argv([sys.executable, "-m", "worker.commands", "jobs", "run", args.job_id]
+                         + (["--json"] if args.json else []))
+    rt = build_runtime(config, queue or _NoQueue(), migrate=True)
     try:
         result = _dispatch(rt, args, data)
     except ToolError as exc:  # JobError (names the field), JobNotFound, JobForbidden
@@ -65,12 +74,18 @@ def run(config: Config, args: argparse.Namespace) -> int:
     return 0
 
 
-def _queue(config: Config) -> Any:
-    # the one command here that needs the task system: the job runs on a worker, as beat would run it
-    from worker.celery_app import make_celery
-    from worker.queue import CeleryTaskQueue
+def _check_visible(config: Config, job_id: str) -> None:
+    """Exit 2 with the error `run` would give (unknown job) before handing over to the worker side."""
+    from picobot.errors import ToolError
+    from picobot.runtime.services import build_runtime
 
-    return CeleryTaskQueue(make_celery(config))
+    rt = build_runtime(config, _NoQueue(), migrate=True)
+    try:
+        _dispatch(rt, argparse.Namespace(jobs_action="show", job_id=job_id), None)
+    except ToolError as exc:
+        raise SystemExit(_fail(str(exc))) from None
+    finally:
+        rt.close()
 
 
 def _dispatch(rt: Runtime, args: argparse.Namespace, data: dict[str, Any] | None) -> Any:

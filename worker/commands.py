@@ -1,0 +1,46 @@
+"""The parts of `picobot feishu` and `picobot jobs run` that need the task system.
+
+Those commands check their input in picobot/cli, then replace themselves with
+`python -m worker.commands …` (as `picobot worker` becomes `celery … worker`), so the core never
+imports Celery:
+
+    python -m worker.commands feishu CHANNEL     the Feishu long-connection client
+    python -m worker.commands jobs run JOB_ID    queue a job's fire task now, as beat would
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from picobot.config import Config
+from picobot.config.loader import load_config
+
+
+def _queue(config: Config):  # type: ignore[no-untyped-def]
+    from worker.celery_app import make_celery
+    from worker.queue import CeleryTaskQueue
+
+    return CeleryTaskQueue(make_celery(config))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m worker.commands")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("feishu").add_argument("channel")
+    from picobot.cli.jobs import add_parser as add_jobs_parser
+
+    add_jobs_parser(sub)
+    args = parser.parse_args(argv)
+    config = load_config()
+    if args.command == "feishu":
+        from picobot.cli.feishu import serve
+
+        return serve(config, args.channel, _queue(config))
+    from picobot.cli.jobs import run
+
+    return run(config, args, queue=_queue(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
