@@ -33,7 +33,11 @@ def test_jobs_page_creates_pauses_and_runs_a_job(stack: Stack, new_page: Any, pa
     template = json.loads(page.input_value("#job-editor"))
     assert template["target"] == {"channel": "web", "chat_id": chat_id}  # new jobs go to this browser's chat
 
-    page.fill("#job-editor", json.dumps({**JOB, "schedule": {"type": "cron", "expression": "99 9 * * *"}}))
+    page.fill("#job-editor", json.dumps(JOB))  # no target: the page has no chat to default to
+    page.click("#job-save")
+    page.wait_for_function("() => /^Not saved: target/.test(document.querySelector('#job-status').textContent)")
+    page.fill("#job-editor", json.dumps({**JOB, "target": template["target"],
+                                         "schedule": {"type": "cron", "expression": "99 9 * * *"}}))
     page.click("#job-save")
     page.wait_for_function("() => /^Not saved: schedule.expression/.test(document.querySelector('#job-status').textContent)")
     page.fill("#job-editor", json.dumps({**JOB, "target": template["target"]}))
