@@ -390,6 +390,17 @@ def test_a_command_event_is_answered_through_the_outbox_once(rt: Runtime) -> Non
     assert row.kind == "command" and row.payload["reply_to"] == "om_c1" and "/new" in row.payload["text"]
 
 
+def test_a_command_event_processed_again_after_a_crash_does_not_run_twice(rt: Runtime) -> None:
+    event_id, _ = events.record(rt.db, "sink", "om_n1", _event("nn", "/new", "om_n1"))
+    assert events.process(rt, event_id) == "done"
+    dialogs = _count(rt, SessionRow)
+    with rt.db.begin() as conn:  # the task died after the command ran, before it marked the event
+        conn.execute(ChannelEventRow.__table__.update().values(status="pending"))
+    assert events.process(rt, event_id) == "done"
+    assert _count(rt, SessionRow) == dialogs  # no second new dialog
+    assert len(_rows(rt, "nn")) == 1
+
+
 def test_events_of_strangers_and_empty_events_are_ignored(rt: Runtime) -> None:
     a, _ = events.record(rt.db, "sink", "om_s1", _event("n", "let me in", "om_s1", sender="u_stranger"))
     b, _ = events.record(rt.db, "sink", "om_s2", {"ignore": True})

@@ -16,6 +16,7 @@ from picobot.channels import outbound
 from picobot.channels.access import allowed
 from picobot.security.redact import redact
 from picobot.storage import channel_events as store
+from picobot.storage import outbox
 from picobot.storage.db import Database
 
 if TYPE_CHECKING:
@@ -95,6 +96,10 @@ def _submit_all(rt: "Runtime", event_id: int, inputs: list[Any]) -> str:
             log.info("channel event %d: sender %s of %s:%s is not in allow_from; ignored", event_id,
                      msg.sender_id, msg.channel, msg.chat_id)
             continue
+        key = f"e:{event_id}:{index}"
+        if _answered(rt, msg, key):
+            status = store.DONE  # a command that ran and was answered before a crash: not run twice
+            continue
         reply = Gateway(rt).submit(msg)
         status = store.DONE
         if reply.kind not in ("command", "rejected") or not reply.text:
@@ -102,12 +107,23 @@ def _submit_all(rt: "Runtime", event_id: int, inputs: list[Any]) -> str:
         kind = "command" if reply.kind == "command" else "notice"
         with rt.db.begin() as conn:
             outbound.record_message(conn, msg.channel, msg.chat_id, reply.text, kind=kind,
-                                    key=f"e:{event_id}:{index}", session_id=reply.session_id,
+                                    key=key, session_id=reply.session_id,
                                     reply_to=msg.metadata.get("reply_to") or msg.platform_message_id)
         lanes.add((msg.channel, msg.chat_id))
     for channel, chat_id in lanes:
         outbound.wake(rt, channel, chat_id)
     return status
+
+
+def _answered(rt: "Runtime", msg: Any, key: str) -> bool:
+    """A slash command of this event whose answer is in the outbox already. (A plain message needs no
+    check: the inbound queue dedupes it on its platform message id.)"""
+    from picobot.gateway.commands import is_command
+
+    if not (isinstance(msg.content, str) and is_command(msg.content)):
+        return False
+    with rt.db.connect() as conn:
+        return outbox.has_key(conn, outbound.delivery_key(key))
 
 
 def _finish(rt: "Runtime", event_id: int, status: str, error: str | None = None) -> str:

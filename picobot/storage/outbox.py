@@ -42,6 +42,12 @@ def lane(conn: Connection, channel: str, chat_id: str, limit: int = 50) -> list[
     return list(conn.execute(q))
 
 
+def has_key(conn: Connection, idempotency_key: str) -> bool:
+    """Whether a delivery with this idempotency key was recorded (of any status)."""
+    return conn.execute(select(OutboxRow.id).where(OutboxRow.idempotency_key == idempotency_key)
+                        .limit(1)).first() is not None
+
+
 def status_of(conn: Connection, row_id: int) -> str | None:
     return conn.execute(select(_o.c.status).where(_o.c.id == row_id)).scalar()
 
