@@ -60,7 +60,7 @@ def run(config: Config, args: argparse.Namespace, queue: Any = None) -> int:
     if args.jobs_action == "run" and queue is None:
         from picobot.cli.processes import exec_argv
 
-        _check_visible(config, args.job_id)  # a clear error before the task system starts
+        # worker/commands.py calls run() again with the task queue: an unknown job fails there, exit 2
         return exec_argv([sys.executable, "-m", "worker.commands", "jobs", "run", args.job_id]
                          + (["--json"] if args.json else []))
     rt = build_runtime(config, queue or _NoQueue(), migrate=True)
@@ -72,20 +72,6 @@ def run(config: Config, args: argparse.Namespace, queue: Any = None) -> int:
         rt.close()
     _print(args, result)
     return 0
-
-
-def _check_visible(config: Config, job_id: str) -> None:
-    """Exit 2 with the error `run` would give (unknown job) before handing over to the worker side."""
-    from picobot.errors import ToolError
-    from picobot.runtime.services import build_runtime
-
-    rt = build_runtime(config, _NoQueue(), migrate=True)
-    try:
-        _dispatch(rt, argparse.Namespace(jobs_action="show", job_id=job_id), None)
-    except ToolError as exc:
-        raise SystemExit(_fail(str(exc))) from None
-    finally:
-        rt.close()
 
 
 def _dispatch(rt: Runtime, args: argparse.Namespace, data: dict[str, Any] | None) -> Any:

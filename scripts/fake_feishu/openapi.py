@@ -34,6 +34,21 @@ def new_id(prefix: str) -> str:
     return prefix + uuidlib.uuid4().hex[:24]
 
 
+
+def _json_object(raw: Any, field: str, limit: int, too_long: str) -> tuple[dict[str, Any] | None, Result | None]:
+    """A request field that holds a JSON object as a string (message content, card data), as Feishu checks it."""
+    if not isinstance(raw, str):
+        return None, err(230001, f"{field} must be a JSON string")
+    if len(raw.encode()) > limit:
+        return None, err(230025, too_long)
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None, err(230001, f"{field} is not valid JSON")
+    if not isinstance(value, dict):
+        return None, err(230001, f"{field} must be a JSON object")
+    return value, None
+
 class OpenApiState:
     """Messages, chats, cards and reactions of the fake tenant, shared by all handler threads."""
 
@@ -76,21 +91,11 @@ class OpenApiState:
 
     @staticmethod
     def _content(body: dict[str, Any]) -> tuple[dict[str, Any] | None, Result | None]:
-        msg_type, raw = body.get("msg_type"), body.get("content")
+        msg_type = body.get("msg_type")
         if msg_type not in MSG_TYPES:
             return None, err(230001, f"invalid msg_type: {msg_type!r}")
-        if not isinstance(raw, str):
-            return None, err(230001, "content must be a JSON string")
-        limit = MAX_TEXT_BYTES if msg_type == "text" else MAX_CARD_BYTES
-        if len(raw.encode()) > limit:
-            return None, err(230025, "The message content exceeds the length limit.")
-        try:
-            content = json.loads(raw)
-        except ValueError:
-            return None, err(230001, "content is not valid JSON")
-        if not isinstance(content, dict):
-            return None, err(230001, "content must be a JSON object")
-        return content, None
+        return _json_object(body.get("content"), "content", MAX_TEXT_BYTES if msg_type == "text" else MAX_CARD_BYTES,
+                            "The message content exceeds the length limit.")
 
     def _seen_uuid(self, key: str | None) -> dict[str, Any] | None:
         if not key:
@@ -169,14 +174,9 @@ class OpenApiState:
 
     def edit(self, groups: tuple[str, ...], query: dict[str, str], body: dict[str, Any], method: str) -> Result:
         raw = body.get("content")
-        if not isinstance(raw, str):
-            return err(230001, "content must be a JSON string")
-        if len(raw.encode()) > MAX_CARD_BYTES:
-            return err(230025, "The message content exceeds the length limit.")
-        try:
-            content = json.loads(raw)
-        except ValueError:
-            return err(230001, "content is not valid JSON")
+        content, bad = _json_object(raw, "content", MAX_CARD_BYTES, "The message content exceeds the length limit.")
+        if bad:
+            return bad
         with self.lock:
             msg, bad = self._own_message(groups[0])
             if bad:
@@ -235,15 +235,11 @@ class OpenApiState:
     # --- cardkit/v1 --------------------------------------------------------------------------
 
     def create_card(self, groups: tuple[str, ...], query: dict[str, str], body: dict[str, Any]) -> Result:
-        raw = body.get("data")
-        if body.get("type") != "card_json" or not isinstance(raw, str):
+        if body.get("type") != "card_json":
             return err(230001, "type must be card_json and data a JSON string")
-        if len(raw.encode()) > MAX_CARD_BYTES:
-            return err(230025, "The card content exceeds the length limit.")
-        try:
-            card = json.loads(raw)
-        except ValueError:
-            return err(230001, "data is not valid JSON")
+        card, bad = _json_object(body.get("data"), "data", MAX_CARD_BYTES, "The card content exceeds the length limit.")
+        if bad:
+            return bad
         with self.lock:
             card_id = new_id("7")
             streaming = bool((card.get("config") or {}).get("streaming_mode"))
