@@ -45,6 +45,8 @@ def test_memories_page_searches_edits_and_deletes(stack: Stack, new_page: Any, p
     page.on("dialog", lambda d: d.accept())
     page.click("#memory-delete")
     page.wait_for_selector("#memories-table")
+    # the list is redrawn after the delete answers: wait for the row to go, then check it stays gone
+    page.wait_for_selector(f"#memories-table tr[data-memory='{tea.id}']", state="detached")
     assert page.locator(f"#memories-table tr[data-memory='{tea.id}']").count() == 0
 
     page.click(".nav-link[data-page=knowledge]")
