@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+from picobot.coord import keys
 from picobot.storage import pairing as store
 from picobot.token_file import cli_token_path
 
@@ -152,7 +153,7 @@ class Pairing:
 class FailureLimiter:
     """At most `limit` failed pairing attempts per client address per window (fixed window)."""
 
-    PREFIX = "picobot:pairfail:"
+    PREFIX = keys.PAIRING_FAILURES_PREFIX
 
     def __init__(self, r: "redis.Redis", limit: int = MAX_FAILURES, window: int = FAILURE_WINDOW_SECS):
         self.r = r

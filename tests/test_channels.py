@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import func, select
 
 from picobot.channels import delivery, events, outbound
-from picobot.channels.access import agent_for, allowed
+from picobot.config.access import agent_for, allowed
 from picobot.channels.registry import ChannelError
 from picobot.config import load_config
 from picobot.gateway.inbound import InboundMessage
@@ -25,7 +25,7 @@ from picobot.gateway.intake import Gateway
 from picobot.runtime import attempts, turn_runner
 from picobot.agent.loop import LoopResult
 from picobot.domain.messages import ChatMessage, Usage
-from picobot.runtime.services import Runtime, build_runtime
+from picobot.app import App as Runtime, build_runtime
 from picobot.runtime.session_messages import SessionMessenger
 from picobot.storage import outbox, turns
 from picobot.storage.models import ChannelEventRow, InboundRow, OutboxRow, SessionRow
@@ -142,13 +142,13 @@ def test_allow_from_rejects_before_anything_is_stored(rt: Runtime, caplog: pytes
     assert cmd.kind == "rejected" and cmd.code == "forbidden"  # commands too
     assert _count(rt, SessionRow) == 0 and _count(rt, InboundRow) == 0
     assert "secret plans" not in caplog.text and "u_stranger" in caplog.text
-    assert allowed(rt, "web", "anyone") and allowed(rt, "cli_chat", "anyone")  # unconfigured: everyone
+    assert allowed(rt.config, "web", "anyone") and allowed(rt.config, "cli_chat", "anyone")  # unconfigured: everyone
     ok = Gateway(rt).submit(InboundMessage("sink", "c1", "u_friend", "hello", "om_3"))
     assert ok.kind == "accepted"
 
 
 def test_new_dialogs_of_a_channel_get_its_agent(rt: Runtime) -> None:
-    assert agent_for(rt, "sink") == "helper" and agent_for(rt, "cli_chat") == "default"
+    assert agent_for(rt.config, "sink") == "helper" and agent_for(rt.config, "cli_chat") == "default"
     a = Gateway(rt).submit(InboundMessage("sink", "c2", "u_friend", "hi", "om_10"))
     b = Gateway(rt).submit(InboundMessage("sink", "c2", "u_friend", "/new second", "om_11"))
     c = Gateway(rt).submit(InboundMessage("cli_chat", "c2", "me", "hi"))
@@ -346,7 +346,7 @@ def test_an_input_given_up_on_sends_a_notice(rt: Runtime) -> None:
     sid, claimed = _claim(rt, "j", "poison", "om_q4")
     with rt.db.begin() as conn:
         assert turns.interrupt(conn, claimed.turn_id, "dead")
-        ended = attempts.give_back(conn, sid, claimed.turn_id, 1, "the worker died", rt=rt)
+        ended = attempts.give_back(conn, sid, claimed.turn_id, 1, "the worker died", ports=rt)
     assert ended is not None and ended["status"] == "failed"
     [row] = _rows(rt, "j")
     assert row.kind == "notice" and row.payload["reply_to"] == "om_q4" and "the worker died" in row.payload["text"]

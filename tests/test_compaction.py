@@ -23,7 +23,7 @@ from picobot.gateway.inbound import InboundMessage
 from picobot.gateway.intake import Gateway
 from picobot.memory import compaction as rules
 from picobot.memory.compactor import compact_session, schedule_if_needed
-from picobot.runtime.services import Runtime, build_runtime
+from picobot.app import App as Runtime, build_runtime
 from picobot.runtime.turn_runner import drain_session
 from picobot.storage import compaction as sql
 from picobot.storage import messages

@@ -22,7 +22,7 @@ from picobot.channels.feishu.adapter import FeishuAdapter, card_key, part_uuid
 from picobot.channels.feishu.api import TOKEN_PATH, FeishuApi, FeishuError
 from picobot.channels.live import LiveRelay, claim_key
 from picobot.config import Config
-from picobot.runtime.services import Runtime, build_runtime
+from picobot.app import App as Runtime, build_runtime
 from picobot.storage import inbound, sessions
 
 

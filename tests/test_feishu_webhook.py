@@ -23,7 +23,7 @@ from picobot.channels.feishu.config import FeishuConfig
 from picobot.channels.feishu.crypto import encrypt, signature
 from picobot.channels.feishu.webhook import MESSAGE_EVENT, handle
 from picobot.config import Config
-from picobot.runtime.services import Runtime, build_runtime
+from picobot.app import App as Runtime, build_runtime
 
 VTOK = "vtok_test_token_1"
 EKEY = "ekey_test_key_1"
@@ -393,12 +393,14 @@ def test_a_custom_path_is_served_and_bad_keys_fail_at_load(tmp_path: Path) -> No
         assert client.post("/hooks/lark", json=check).get_json() == {"challenge": "c1"}
     finally:
         runtime.close()
+    from picobot.app import check_config  # the channels plugin checks its channels' keys at start
+
     with pytest.raises(ConfigError, match=r"channels\.feishu\.webhok_path: unknown key"):
-        make_config(tmp_path, webhok_path="/x")
+        check_config(make_config(tmp_path, webhok_path="/x"))
     with pytest.raises(ConfigError, match=r"channels\.feishu\.mode"):
-        make_config(tmp_path, mode="websocket")
+        check_config(make_config(tmp_path, mode="websocket"))
     with pytest.raises(ConfigError, match=r"channels\.feishu\.verification_token: webhook mode needs"):
-        make_config(tmp_path, verification_token="", encrypt_key="")
+        build_runtime(make_config(tmp_path, verification_token="", encrypt_key=""), RecordingQueue())
 
 
 def test_secrets_are_masked_and_collected_for_redaction(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ def test_health_closes_the_connections_it_opens(tmp_path: Path, redis_url: str, 
 def test_closing_a_runtime_closes_its_redis_connections(tmp_path: Path, redis_url: str) -> None:
     from picobot.config import Config
     from picobot.runtime.health import check_health
-    from picobot.runtime.services import build_runtime
+    from picobot.app import build_runtime
 
     class NoQueue:
         def enqueue_turn(self, session_id: str) -> None:

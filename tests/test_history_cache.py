@@ -13,7 +13,7 @@ from picobot.domain.messages import ChatMessage
 from picobot.gateway.inbound import InboundMessage
 from picobot.gateway.intake import Gateway
 from picobot.runtime.history_cache import HistoryCache
-from picobot.runtime.services import Runtime, build_runtime
+from picobot.app import App as Runtime, build_runtime
 from picobot.runtime.turn_runner import drain_session
 from picobot.storage import messages
 from tests.conftest import add_rule

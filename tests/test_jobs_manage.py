@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from picobot.config.schema import Config
-from picobot.runtime.services import Runtime, connect_redis
+from picobot.app import App as Runtime, build_plugins
+from picobot.runtime.services import connect_redis
 from picobot.runtime.task_names import MEMORY_MAINTENANCE_JOB
 from picobot.scheduler import redbeat_entries as entries
 from picobot.scheduler.config_jobs import SESSION_CLEANUP_JOB, upsert_config_jobs
@@ -220,7 +221,7 @@ def _runtime(tmp_path: Path, redis_url: str, **config: Any) -> Runtime:
     db = Database(f"sqlite:///{tmp_path / 'picobot.db'}")
     db.migrate()
     cfg = Config.model_validate({"memory": {"enabled": False}, **config})
-    return Runtime(config=cfg, db=db, redis=connect_redis(redis_url), queue=_Queue())  # type: ignore[arg-type]
+    return Runtime(config=cfg, plugins=build_plugins(cfg, discover=False), db=db, redis=connect_redis(redis_url), queue=_Queue())  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from picobot.config import load_config
 from picobot.memory import Memory, MemorySource
 from picobot.memory.maintenance import run_maintenance
 from picobot.memory.maintenance_plan import PROMPT_TITLE
-from picobot.runtime.services import Runtime, build_runtime
+from picobot.app import App as Runtime, build_runtime
 from picobot.runtime.task_names import MEMORY_MAINTENANCE_JOB, MEMORY_MAINTENANCE_TASK, QUEUE_MAINTENANCE
 from picobot.storage.models import MemoryMaintenanceStateRow, MemoryRow
 from tests.conftest import add_rule

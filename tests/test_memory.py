@@ -27,11 +27,11 @@ from picobot.gateway.intake import Gateway
 from picobot.memory import MemorySource, MemoryStore, scope_key_for
 from picobot.memory.knowledge import KnowledgeBase, check_name
 from picobot.memory.recall import RECALL_HEADER, recall_note
-from picobot.runtime.services import Runtime
+from picobot.app import App as Runtime, build_plugins
 from picobot.storage.db import Database
 from picobot.tools.base import ToolContext
-from picobot.tools.knowledge import knowledge_tools
-from picobot.tools.memory import memory_tools
+from picobot.memory.knowledge_tools import knowledge_tools
+from picobot.memory.tools import memory_tools
 from picobot.tools.registry import ToolRegistry
 from tests.conftest import add_rule
 from tests.stack import Stack, wait_for
@@ -383,7 +383,7 @@ def test_recall_for_a_user_with_no_memories_never_loads_the_segmenter(tmp_path: 
         "from picobot.storage.db import Database\n"
         "from picobot.memory import MemoryStore\n"
         "from picobot.memory.recall import recall_note\n"
-        "from picobot.memory.segment import jieba_loaded\n"
+        "from picobot.storage.segment import jieba_loaded\n"
         f"db = Database({url!r}); db.migrate(); s = MemoryStore(db)\n"
         "s.put('telegram:other', 'n', 'k', 'plain english fact')\n"
         "assert recall_note(s, 'owner', '我想喝茶', 5) is None\n"
@@ -470,7 +470,7 @@ def _submit_as(stack: Stack, channel: str, chat_id: str, sender: str, text_: str
             pass  # the sweeper enqueues sessions with pending input
 
     db = Database(stack.database_url)
-    rt = Runtime(config=Config(home=stack.home), db=db, redis=stack.redis(), queue=_NoQueue())
+    rt = Runtime(config=Config(home=stack.home), plugins=build_plugins(Config(home=stack.home), discover=False), db=db, redis=stack.redis(), queue=_NoQueue())
     try:
         reply = Gateway(rt).accept(InboundMessage(channel, chat_id, sender, text_))
         assert reply.kind == "accepted", reply

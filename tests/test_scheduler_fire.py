@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select, update
 
 from picobot.config import load_config
-from picobot.runtime.services import Runtime, build_runtime
+from picobot.app import App as Runtime, build_runtime
 from picobot.runtime.task_names import JOB_FIRE_TASK, QUEUE_SCHEDULED
 from picobot.runtime.turn_runner import drain_session
 from picobot.scheduler import redbeat_entries as entries

@@ -14,7 +14,7 @@ import pytest
 from picobot.config.loader import load_config
 from picobot.gateway.inbound import InboundMessage
 from picobot.gateway.intake import Gateway
-from picobot.runtime.services import Runtime, build_runtime
+from picobot.app import App as Runtime, build_runtime
 from picobot.runtime.turn_runner import drain_session
 from picobot.scheduler.manage import Actor, JobService
 from tests.conftest import add_rule

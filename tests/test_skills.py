@@ -19,7 +19,8 @@ from sqlalchemy import select
 from picobot.config.schema import Config, SkillsConfig
 from picobot.domain.messages import ToolCall
 from picobot.errors import SkillError
-from picobot.runtime.services import Runtime, connect_redis
+from picobot.app import App as Runtime, build_plugins
+from picobot.runtime.services import connect_redis
 from picobot.skills import SkillCatalog, SkillPaths, manage
 from picobot.skills.builtin import builtin_names, release_builtins
 from picobot.skills.catalog import SKILL_FILE
@@ -30,7 +31,7 @@ from picobot.storage.db import Database
 from picobot.storage.models import SkillEventRow
 from picobot.tools import build_registry
 from picobot.tools.base import ToolContext
-from picobot.tools.skills import skill_tools
+from picobot.skills.tools import skill_tools
 from tests.conftest import add_rule
 from tests.stack import Stack, wait_for
 
@@ -473,17 +474,17 @@ def _runtime(tmp_path: Path, skills: dict[str, Any], tools: dict[str, Any] | Non
     cfg = Config(home=tmp_path / "home", skills=skills, tools={"workspace": str(tmp_path / "ws"), **(tools or {})})
     db = Database(f"sqlite:///{tmp_path / 'rt.db'}")
     # the Redis client connects lazily; nothing here talks to it
-    return Runtime(config=cfg, db=db, redis=connect_redis("redis://127.0.0.1:9/0"), queue=None)  # type: ignore[arg-type]
+    return Runtime(config=cfg, plugins=build_plugins(cfg, discover=False), db=db, redis=connect_redis("redis://127.0.0.1:9/0"), queue=None)  # type: ignore[arg-type]
 
 
 def test_runtime_registers_the_tools_and_the_index(tmp_path: Path) -> None:
     rt = _runtime(tmp_path, {"sources": ["user"]})
     assert {"skill_activate", "skill_manage"} <= set(rt.tools().names())
-    assert "skill-authoring:" in rt.skill_index()
+    assert "skill-authoring:" in rt.prompt_index()
     off = _runtime(tmp_path / "off", {"enabled": False})
-    assert "skill_activate" not in off.tools().names() and off.skill_index() == "" and off.skills is None
+    assert "skill_activate" not in off.tools().names() and off.prompt_index() == "" and off.skills is None
     no_activate = _runtime(tmp_path / "na", {"sources": ["user"]}, {"disabled": ["skill_activate"]})
-    assert no_activate.skill_index() == ""  # an index would point at a tool that is not there
+    assert no_activate.prompt_index() == ""  # an index would point at a tool that is not there
 
 
 # --- end to end: a real worker, the fake LLM, the web API -----------------------------------

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from picobot.agent.snapshot import TurnController
 from picobot.config.schema import Config
 from picobot.domain.messages import ToolCall
-from picobot.runtime.services import Runtime, connect_redis
+from picobot.app import App as Runtime, build_plugins
+from picobot.runtime.services import connect_redis
 from picobot.storage.db import Database
 from picobot.subagents.catalog import SubagentCatalog
 from picobot.subagents.definitions import render
@@ -95,7 +96,7 @@ def runtime(tmp_path: Path) -> Iterator[Runtime]:
 
     cfg = Config.model_validate({"home": str(tmp_path / "home")})
     db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    rt = Runtime(config=cfg, db=db, redis=connect_redis("redis://127.0.0.1:1/0"), queue=NoQueue())  # never used
+    rt = Runtime(config=cfg, plugins=build_plugins(cfg, discover=False), db=db, redis=connect_redis("redis://127.0.0.1:1/0"), queue=NoQueue())  # never used
     yield rt
     db.dispose()
 
@@ -147,7 +148,7 @@ def test_any_arguments_give_a_result_never_an_exception(runtime: Runtime, tmp_pa
 def test_disabled_subagents_remove_the_tool(tmp_path: Path) -> None:
     for enabled in (True, False):
         cfg = Config.model_validate({"home": str(tmp_path / "home"), "subagents": {"enabled": enabled}})
-        rt = Runtime(config=cfg, db=Database(f"sqlite:///{tmp_path / 'db.sqlite'}"),
+        rt = Runtime(config=cfg, plugins=build_plugins(cfg, discover=False), db=Database(f"sqlite:///{tmp_path / 'db.sqlite'}"),
                      redis=connect_redis("redis://127.0.0.1:1/0"), queue=None)  # type: ignore[arg-type]
         try:
             assert ("task" in rt.tools()) is enabled

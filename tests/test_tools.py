@@ -320,8 +320,10 @@ def test_build_registry_builtins_and_disabled() -> None:
         assert "bash" not in names and "shell" not in names
     names = build_registry(disabled=["write", "web_fetch"], extra=[EchoTool()]).names()
     assert "write" not in names and "web_fetch" not in names and names[-1] == "echo"
-    with pytest.raises(ValueError):
-        build_registry(extra=[CalculatorTool()])
+    # a plugin's tool that takes a built-in's name is skipped (and logged): the built-in stays, nothing crashes
+    twice = CalculatorTool()
+    registry = build_registry(extra=[twice])
+    assert registry.names() == expected and registry.get("calculator") is not twice
 
 
 def test_every_builtin_has_llm_ready_schema() -> None:

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from picobot.config.secrets import masked
 from picobot.domain.messages import text_of
 from picobot.runtime.health import check_health
-from picobot.runtime.services import Runtime
+from picobot.app import App as Runtime
 from picobot.storage import sessions
 from picobot.storage.models import MessageRow
 from web.auth import COOKIE, current_device, pairing

@@ -11,7 +11,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from picobot.config import Config, apply_dotenv, load_config, picobot_home
 from picobot.gateway.limits import RateLimits
 from picobot.logging_setup import setup_logging
-from picobot.runtime.services import Runtime, build_runtime
+from picobot.app import App as Runtime, build_runtime
 from web.hub import EventHub, OutboxLimits
 
 WS_HARD_LIMIT = 16 * 1024 * 1024  # frames above gateway.max_frame_bytes get an error frame, not a close
@@ -59,7 +59,7 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     limits = OutboxLimits(gw.ws_send_queue_frames, gw.ws_send_queue_bytes, gw.ws_send_timeout_secs)
     app.extensions["picobot.hub"] = EventHub(runtime.redis, limits=limits)
 
-    from web import api, auth, health, jobs, memories, skills, ui, ws
+    from web import api, auth, health, jobs, memories, plugins, skills, ui, ws
 
     auth.init_app(app)  # the pairing guard in front of every route (see web/auth.py)
     app.register_blueprint(health.bp)
@@ -67,6 +67,7 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     app.register_blueprint(skills.bp)
     app.register_blueprint(memories.bp)
     app.register_blueprint(jobs.bp)
+    app.register_blueprint(plugins.bp)
     app.register_blueprint(api.bp)
     app.register_blueprint(ui.bp)
     from web import deliveries

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, redirect, request
 
 from picobot.pairing import ALPHABET, CODE_LEN, Device, FailureLimiter, Pairing, display_code, normalize_code
-from picobot.runtime.services import Runtime
+from picobot.app import App as Runtime
 from web.ui import render_pair_page
 
 COOKIE = "picobot_token"

@@ -13,7 +13,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from picobot.errors import SkillError, SkillNotFound
 from picobot.skills import SkillCatalog, manage
 from picobot.skills.events import SkillEvents
-from picobot.tools.skills import list_files
+from picobot.skills.tools import list_files
 
 bp = Blueprint("skills", __name__, url_prefix="/api/skills")
 

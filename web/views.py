@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from picobot.runtime import keys
-from picobot.runtime.services import Runtime
+from picobot.app import App as Runtime
 from picobot.storage import messages
 
 HISTORY_LIMIT = 200

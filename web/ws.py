@@ -17,10 +17,11 @@ from flask import Blueprint, current_app, request
 from flask_sock import ConnectionClosed, Sock
 from sqlalchemy.exc import SQLAlchemyError
 
-from picobot.channels.access import agent_for
+from picobot.domain.scope import SOCKET_CHANNELS
+from picobot.config.access import agent_for
 from picobot.gateway.inbound import InboundMessage
 from picobot.gateway.intake import Gateway
-from picobot.runtime.services import Runtime
+from picobot.app import App as Runtime
 from picobot.storage import sessions
 from picobot.gateway.limits import Limited, SocketSlot
 from web.auth import client_key, pairing, request_token
@@ -36,7 +37,7 @@ REVERIFY_SECS = 10  # an open socket re-checks its device token this often
 PING_SECS = 25  # keepalive; a client that has not answered the previous ping by then is gone
 CLOSE_FLUSH_SECS = 2.0  # how long a closing socket may take to send its last frames
 INTERNAL_ERROR = 1011
-CHANNELS = {"cli_chat", "web"}
+CHANNELS = SOCKET_CHANNELS
 CHAT_ID = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
 
 sock = Sock()
@@ -68,7 +69,7 @@ class Connection:
     def attach_current(self, frame_type: str = "session") -> None:
         """Watch the chat's current dialog and send its state (history, active turn)."""
         with self.rt.db.write() as s:
-            row = sessions.get_or_create_current(s, self.channel, self.chat_id, agent_for(self.rt, self.channel))
+            row = sessions.get_or_create_current(s, self.channel, self.chat_id, agent_for(self.rt.config, self.channel))
             info = {"session_id": row.id, "dialog_id": row.dialog_id, "title": row.title}
         if info["session_id"] != self.session_id:
             if self.session_id:

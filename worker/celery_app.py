@@ -9,7 +9,7 @@ from celery import Celery, signals
 
 from picobot.config import Config
 from picobot.runtime.redis_url import resolve_redis_url
-from picobot.runtime.services import Runtime, build_runtime
+from picobot.app import App as Runtime, build_runtime
 from picobot.runtime.task_names import (
     CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB,
     MEMORY_MAINTENANCE_TASK, QUEUE_MAINTENANCE, QUEUE_OUTBOUND, QUEUE_SCHEDULED, QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK,

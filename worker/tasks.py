@@ -16,7 +16,7 @@ from picobot.runtime.turn_runner import drain_session
 from picobot.subagents.background import run_background_run
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.app import App as Runtime
 
 
 def register(app: Celery, runtime: Callable[[], "Runtime"]) -> None:

@@ -7,19 +7,24 @@ final answer) and injected as real user messages.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from picobot.agent.snapshot import TurnController
 from picobot.agent.tool_batch import ToolBatch, ordering
 from picobot.agent.stream import pump
 from picobot.domain.messages import ChatMessage, ToolCall, Usage, text_of
 from picobot.errors import ContextLengthExceeded, ProviderError, TurnCancelled
+from picobot.plugins.types import Deny, ModelResponse, StageContext, ToolCallView
 from picobot.security.redact import replace_secrets
 from picobot.providers.base import ChatRequest, Completed, Provider, ReasoningDelta, TextDelta, ToolCallDelta
 from picobot.tools.base import RunningAgent, ToolContext, ToolResult
 from picobot.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:
+    from picobot.plugins.manager import PluginHost
 
 log = logging.getLogger("picobot.agent")
 
@@ -66,16 +71,20 @@ class LoopResult:
 
 
 class AgentLoop:
-    def __init__(self, provider: Provider, tools: ToolRegistry, settings: LoopSettings):
+    def __init__(self, provider: Provider, tools: ToolRegistry, settings: LoopSettings,
+                 hooks: PluginHost | None = None):
         self.provider = provider
         self.tools = tools
         self.settings = settings
+        self.hooks = hooks  # the plugins' stage hooks (pre/post_action, before/after_toolcall)
         self._on_overflow: OverflowHandler | None = None
+        self._stage: StageContext | None = None
 
     def run(self, history: list[ChatMessage], new: list[ChatMessage], ctx: ToolContext,
             controller: TurnController, steer: SteerSource, on_overflow: OverflowHandler | None = None) -> LoopResult:
         self._on_overflow = on_overflow  # used once per turn: a second overflow goes to the trim
-        ctx.agent = RunningAgent(self.provider, self.tools, self.settings, controller)  # for sub-agents
+        self._stage = StageContext(ctx.session_id, ctx.channel, ctx.chat_id, ctx.sender_id, ctx.turn_id)
+        ctx.agent = RunningAgent(self.provider, self.tools, self.settings, controller, self.hooks)  # for sub-agents
         result = LoopResult(messages=new, usage=Usage())
         try:
             self._loop(history, result, ctx, controller, steer)
@@ -154,6 +163,9 @@ class AgentLoop:
     def _stream_once(self, messages: list[ChatMessage], result: LoopResult, ctx: ToolContext,
                      controller: TurnController) -> ChatMessage:
         s = self.settings
+        if self.hooks is not None:
+            messages = messages + [ChatMessage(role="system", content=n)
+                                   for n in self.hooks.pre_action(self._stage, messages)]
         request = ChatRequest(model=s.model, messages=messages, tools=self.tools.specs(),
                               temperature=s.temperature, max_tokens=s.max_tokens, options=dict(s.options))
         controller.model_call_started()
@@ -168,7 +180,10 @@ class AgentLoop:
             elif isinstance(event, Completed):
                 result.usage = result.usage + event.usage
                 result.last_input_tokens = event.usage.input_tokens or result.last_input_tokens
-                return masked_message(event.message, ctx.secrets)
+                message = masked_message(event.message, ctx.secrets)
+                if self.hooks is not None:
+                    self.hooks.post_action(self._stage, _response_view(message, event.usage))
+                return message
         raise ProviderError("the model's stream ended without a complete message")
 
     def _run_tools(self, calls: list[ToolCall], ctx: ToolContext, controller: TurnController) -> list[ChatMessage]:
@@ -193,6 +208,20 @@ class AgentLoop:
         return out
 
     def _execute(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        if self.hooks is None:
+            return self._run_tool(call, ctx)
+        view = ToolCallView(call.id, call.name, _arguments(call.arguments))
+        verdict = self.hooks.before_toolcall(self._stage, view)
+        if isinstance(verdict, Deny):
+            return ToolResult(f"[denied] {verdict.reason}", is_error=True)
+        if isinstance(verdict, dict):  # replaced arguments: validated again by the registry
+            call = ToolCall(call.id, call.name, json.dumps(verdict, ensure_ascii=False))
+            view = ToolCallView(call.id, call.name, verdict)
+        result = self._run_tool(call, ctx)
+        text = self.hooks.after_toolcall(self._stage, view, result.content)
+        return result if text == result.content else ToolResult(text, result.is_error)
+
+    def _run_tool(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         try:
             return self.tools.execute(call, ctx, self.settings.tool_result_max_chars)
         except TurnCancelled:
@@ -206,6 +235,20 @@ class _CancelledWithResults(TurnCancelled):
     def __init__(self, results: list[ChatMessage]):
         super().__init__("stopped")
         self.results = results
+
+
+def _arguments(raw: str) -> dict:
+    """A call's arguments as a dict for the hooks ({} when they are not a JSON object)."""
+    try:
+        value = json.loads(raw or "{}")
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _response_view(message: ChatMessage, usage: Usage) -> ModelResponse:
+    calls = tuple(ToolCallView(c.id, c.name, _arguments(c.arguments)) for c in message.tool_calls)
+    return ModelResponse(text_of(message.content), calls, usage.input_tokens or 0, usage.output_tokens or 0)
 
 
 def trim_tool_results(messages: list[ChatMessage], limit: int) -> list[ChatMessage]:

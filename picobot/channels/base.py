@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from picobot.domain.scope import SOCKET_CHANNELS  # noqa: F401 (re-exported)
+
 if TYPE_CHECKING:
     from picobot.gateway.inbound import InboundMessage
 
-SOCKET_CHANNELS = frozenset({"web", "cli_chat"})  # replies go by pub/sub, never through the outbox
+# SOCKET_CHANNELS: replies go by pub/sub, never through the outbox
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,6 @@ sweeper (`recover`) re-enqueues lanes that have due pending rows and no lock hol
 from __future__ import annotations
 
 import logging
-import secrets
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +25,12 @@ import redis
 
 from picobot.channels.base import Delivery, DeliveryError
 from picobot.channels.registry import ChannelError
+from picobot.coord import KeptLease, keys
 from picobot.security.redact import redact
 from picobot.storage import outbox
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.channels.ports import ChannelPorts
 
 log = logging.getLogger("picobot.channels")
 
@@ -44,51 +43,17 @@ STALE_SECS = 5.0  # a pending row this old, in a lane nobody holds, lost its wak
 KICK_SECS = 10  # the sweeper enqueues a lane at most this often
 MAX_ERROR_CHARS = 2000
 
-_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
-_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+lane_key = keys.lane
 
 
-def lane_key(channel: str, chat_id: str) -> str:
-    return f"picobot:lane:{channel}:{chat_id}"
+class LaneLock(KeptLease):
+    """The lane's lock, renewed by a thread while held; `held` turns False when it was lost.
 
-
-class LaneLock:
-    """The lane's lock, renewed by a thread while held; `held` turns False when it was lost."""
+    Lost (expired or taken, e.g. a FLUSHALL): the deliverer finishes the row at hand, then stops.
+    """
 
     def __init__(self, r: redis.Redis, channel: str, chat_id: str):
-        self._r = r
-        self.key = lane_key(channel, chat_id)
-        self.token = secrets.token_hex(16)
-        self.held = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def acquire(self) -> bool:
-        self.held = bool(self._r.set(self.key, self.token, nx=True, px=LOCK_MS))
-        if self.held:
-            self._thread = threading.Thread(target=self._renew, name=f"lane-lock {self.key}", daemon=True)
-            self._thread.start()
-        return self.held
-
-    def _renew(self) -> None:
-        while not self._stop.wait(RENEW_SECS):
-            try:
-                if not self._r.eval(_RENEW, 1, self.key, self.token, LOCK_MS):
-                    self.held = False  # expired or taken (e.g. a FLUSHALL): finish the row at hand, then stop
-                    return
-            except redis.RedisError:
-                pass  # Redis is away for a moment: the lock has up to 20 s left
-
-    def release(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        if self.held:
-            try:
-                self._r.eval(_RELEASE, 1, self.key, self.token)
-            except redis.RedisError:
-                pass  # it expires on its own
-        self.held = False
+        super().__init__(r, keys.lane(channel, chat_id), LOCK_MS / 1000, renew_secs=RENEW_SECS)
 
 
 def backoff(attempts: int, retry_after: float | None) -> float:
@@ -98,7 +63,7 @@ def backoff(attempts: int, retry_after: float | None) -> float:
     return min(MAX_BACKOFF_SECS, float(2 ** min(attempts, 16)))
 
 
-def deliver_lane(rt: "Runtime", channel: str, chat_id: str) -> dict[str, Any]:
+def deliver_lane(rt: "ChannelPorts", channel: str, chat_id: str) -> dict[str, Any]:
     """Deliver the lane's pending rows in order. {"sent", "failed", "state"}; state busy|done|waiting|lost."""
     totals = {"sent": 0, "failed": 0, "state": "done"}
     while True:
@@ -116,13 +81,13 @@ def deliver_lane(rt: "Runtime", channel: str, chat_id: str) -> dict[str, Any]:
             return totals
 
 
-def _ready(rt: "Runtime", channel: str, chat_id: str) -> bool:
+def _ready(rt: "ChannelPorts", channel: str, chat_id: str) -> bool:
     with rt.db.connect() as conn:
         rows = outbox.lane(conn, channel, chat_id, limit=1)
     return bool(rows) and (rows[0].next_attempt_at is None or rows[0].next_attempt_at <= time.time())
 
 
-def _drain(rt: "Runtime", channel: str, chat_id: str, lock: LaneLock, totals: dict[str, Any]) -> str:
+def _drain(rt: "ChannelPorts", channel: str, chat_id: str, lock: LaneLock, totals: dict[str, Any]) -> str:
     try:
         adapter = rt.channels.adapter(channel)
         unusable = None
@@ -153,7 +118,7 @@ def _drain(rt: "Runtime", channel: str, chat_id: str, lock: LaneLock, totals: di
                 return "waiting"
 
 
-def _deliver_one(rt: "Runtime", adapter: Any, row: Any) -> str:
+def _deliver_one(rt: "ChannelPorts", adapter: Any, row: Any) -> str:
     """sent | failed | retry | skipped (no longer pending: delivered by another holder, or retried by hand)."""
     with rt.db.connect() as conn:
         if outbox.status_of(conn, row.id) != outbox.PENDING:
@@ -175,11 +140,11 @@ def _deliver_one(rt: "Runtime", adapter: Any, row: Any) -> str:
     return "sent"
 
 
-def _clean(rt: "Runtime", error: str) -> str:
+def _clean(rt: "ChannelPorts", error: str) -> str:
     return redact(error, rt.secrets)[:MAX_ERROR_CHARS]
 
 
-def _fail(rt: "Runtime", row: Any, error: str, code: str | None) -> None:
+def _fail(rt: "ChannelPorts", row: Any, error: str, code: str | None) -> None:
     error = _clean(rt, error)
     with rt.db.begin() as conn:
         changed = outbox.mark_failed(conn, row.id, error, code)
@@ -188,7 +153,7 @@ def _fail(rt: "Runtime", row: Any, error: str, code: str | None) -> None:
                     row.chat_id, code or "-", error)
 
 
-def _retry_or_give_up(rt: "Runtime", row: Any, error: str, code: str | None, retry_after: float | None) -> str:
+def _retry_or_give_up(rt: "ChannelPorts", row: Any, error: str, code: str | None, retry_after: float | None) -> str:
     # a day of outage: say so (a retry by hand starts the count of attempts again)
     if row.attempts >= MIN_ATTEMPTS_BEFORE_GIVING_UP and time.time() - float(row.created_at or 0) >= GIVE_UP_SECS:
         _fail(rt, row, f"still failing after {GIVE_UP_SECS / 3600:.0f} h: {error}", "gave_up")
@@ -197,7 +162,7 @@ def _retry_or_give_up(rt: "Runtime", row: Any, error: str, code: str | None, ret
     return "retry"
 
 
-def _retry(rt: "Runtime", row: Any, error: str, code: str | None, retry_after: float | None) -> None:
+def _retry(rt: "ChannelPorts", row: Any, error: str, code: str | None, retry_after: float | None) -> None:
     delay = backoff(row.attempts, retry_after)
     error = _clean(rt, error)
     with rt.db.begin() as conn:
@@ -207,23 +172,23 @@ def _retry(rt: "Runtime", row: Any, error: str, code: str | None, retry_after: f
     _enqueue(rt, row.channel, row.chat_id, delay)
 
 
-def _enqueue(rt: "Runtime", channel: str, chat_id: str, countdown: float) -> None:
+def _enqueue(rt: "ChannelPorts", channel: str, chat_id: str, countdown: float) -> None:
     try:
         rt.queue.enqueue_delivery(channel, chat_id, countdown=max(0.0, countdown))
     except Exception as exc:  # the sweeper re-enqueues due lanes
         log.warning("delivery lane %s:%s not re-enqueued (%s)", channel, chat_id, type(exc).__name__)
 
 
-def recover(rt: "Runtime") -> int:
+def recover(rt: "ChannelPorts") -> int:
     """Sweeper: enqueue lanes with due pending rows whose lock is free (lost task, dead worker, FLUSHALL)."""
     now = time.time()
     with rt.db.connect() as conn:
         lanes = outbox.due_lanes(conn, now, now - STALE_SECS)
     woken = 0
     for channel, chat_id in lanes:
-        if rt.redis.exists(lane_key(channel, chat_id)):
+        if rt.redis.exists(keys.lane(channel, chat_id)):
             continue
-        if not rt.redis.set(f"picobot:lane-kick:{channel}:{chat_id}", "1", nx=True, ex=KICK_SECS):
+        if not rt.redis.set(keys.lane_kick(channel, chat_id), "1", nx=True, ex=KICK_SECS):
             continue  # enqueued a moment ago; its task may be waiting for a free worker
         _enqueue(rt, channel, chat_id, 0)
         woken += 1

@@ -13,14 +13,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from picobot.channels import outbound
-from picobot.channels.access import allowed
+from picobot.config.access import allowed
+from picobot.coord import Lease, keys
 from picobot.security.redact import redact
 from picobot.storage import channel_events as store
 from picobot.storage import outbox
 from picobot.storage.db import Database
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.channels.ports import ChannelPorts
 
 log = logging.getLogger("picobot.channels")
 
@@ -39,18 +40,18 @@ def record(db: Database, channel: str, event_key: str, payload: dict[str, Any]) 
         return store.record(conn, channel, event_key[:256], payload)
 
 
-def process(rt: "Runtime", event_id: int) -> str:
+def process(rt: "ChannelPorts", event_id: int) -> str:
     """Turn a recorded event into input; done | ignored | failed | pending (will be retried) | busy."""
-    claim = f"picobot:channel-event:{event_id}"
-    if not rt.redis.set(claim, "1", nx=True, ex=PROCESS_LOCK_SECS):
+    claim = Lease(rt.redis, keys.channel_event(event_id), PROCESS_LOCK_SECS)
+    if not claim.acquire():
         return "busy"  # another task processes it right now
     try:
         return _process(rt, event_id)
     finally:
-        rt.redis.delete(claim)
+        claim.release()
 
 
-def _process(rt: "Runtime", event_id: int) -> str:
+def _process(rt: "ChannelPorts", event_id: int) -> str:
     with rt.db.begin() as conn:
         attempts = store.start_attempt(conn, event_id)
         row = store.get(conn, event_id)
@@ -86,13 +87,13 @@ def _process(rt: "Runtime", event_id: int) -> str:
     return _finish(rt, event_id, _submit_all(rt, event_id, inputs))
 
 
-def _submit_all(rt: "Runtime", event_id: int, inputs: list[Any]) -> str:
+def _submit_all(rt: "ChannelPorts", event_id: int, inputs: list[Any]) -> str:
     from picobot.gateway.intake import Gateway
 
     status = store.IGNORED
     lanes: set[tuple[str, str]] = set()
     for index, msg in enumerate(inputs):
-        if not allowed(rt, msg.channel, msg.sender_id):
+        if not allowed(rt.config, msg.channel, msg.sender_id):
             log.info("channel event %d: sender %s of %s:%s is not in allow_from; ignored", event_id,
                      msg.sender_id, msg.channel, msg.chat_id)
             continue
@@ -115,7 +116,7 @@ def _submit_all(rt: "Runtime", event_id: int, inputs: list[Any]) -> str:
     return status
 
 
-def _answered(rt: "Runtime", msg: Any, key: str) -> bool:
+def _answered(rt: "ChannelPorts", msg: Any, key: str) -> bool:
     """A slash command of this event whose answer is in the outbox already. (A plain message needs no
     check: the inbound queue dedupes it on its platform message id.)"""
     from picobot.gateway.commands import is_command
@@ -126,7 +127,7 @@ def _answered(rt: "Runtime", msg: Any, key: str) -> bool:
         return outbox.has_key(conn, outbound.delivery_key(key))
 
 
-def _finish(rt: "Runtime", event_id: int, status: str, error: str | None = None) -> str:
+def _finish(rt: "ChannelPorts", event_id: int, status: str, error: str | None = None) -> str:
     with rt.db.begin() as conn:
         store.finish(conn, event_id, status, error)
     if status == store.FAILED:
@@ -134,13 +135,13 @@ def _finish(rt: "Runtime", event_id: int, status: str, error: str | None = None)
     return status
 
 
-def recover(rt: "Runtime") -> int:
+def recover(rt: "ChannelPorts") -> int:
     """Sweeper: re-enqueue events pending longer than 10 s (a lost task, a dead worker, a failed read)."""
     with rt.db.connect() as conn:
         ids = store.stale(conn, time.time() - STALE_SECS)
     woken = 0
     for event_id in ids:
-        if not rt.redis.set(f"picobot:channel-event-kick:{event_id}", "1", nx=True, ex=KICK_SECS):
+        if not rt.redis.set(keys.channel_event_kick(event_id), "1", nx=True, ex=KICK_SECS):
             continue
         try:
             rt.queue.enqueue_channel_event(event_id)

@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
+from picobot.coord import keys
 from picobot.runtime.publisher import follow_events
 from picobot.storage.models import InboundRow, SessionRow
 
 if TYPE_CHECKING:
     from picobot.channels.base import LiveHooks
-    from picobot.runtime.services import Runtime
+    from picobot.channels.ports import ChannelPorts
 
 log = logging.getLogger("picobot.channels.live")
 
@@ -35,8 +36,7 @@ CLAIM_TTL_SECS = 3600
 IDLE_TURN_SECS = 3600  # a turn not heard of this long is forgotten (its completion was missed)
 
 
-def claim_key(turn_id: str) -> str:
-    return f"picobot:live:{turn_id}"
+claim_key = keys.live_claim
 
 
 @dataclass
@@ -55,7 +55,7 @@ class _Turn:
 
 
 class LiveRelay:
-    def __init__(self, rt: Runtime, *, workers: int = 4, min_interval: float = 0.5):
+    def __init__(self, rt: ChannelPorts, *, workers: int = 4, min_interval: float = 0.5):
         self.rt = rt
         self.min_interval = min_interval
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="live-relay")
@@ -214,7 +214,7 @@ class LiveRelay:
             return None
 
 
-def start_relay(rt: Runtime) -> LiveRelay | None:
+def start_relay(rt: ChannelPorts) -> LiveRelay | None:
     """A started relay when some enabled external channel shows live progress, else None."""
     live = [name for name in rt.channels.names()
             if (adapter := rt.channels.get(name)) is not None and adapter.capabilities.live]

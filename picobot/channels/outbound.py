@@ -18,7 +18,7 @@ from picobot.storage import outbox
 from picobot.storage.models import InboundRow
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.channels.ports import ChannelPorts
 
 log = logging.getLogger("picobot.channels")
 
@@ -63,7 +63,7 @@ def turn_text(status: str, final_text: str, error: str | None) -> tuple[str, str
     return "notice", f"⚠ {error or 'The turn failed.'}", "plain"
 
 
-def record_turn(conn: Connection, rt: "Runtime", channel: str, chat_id: str, session_id: str, turn_id: str,
+def record_turn(conn: Connection, rt: "ChannelPorts", channel: str, chat_id: str, session_id: str, turn_id: str,
                 status: str, final_text: str, error: str | None, reply_to: str | None = None) -> bool:
     """Record a finished turn's answer for an external channel (in the caller's transaction).
 
@@ -83,13 +83,13 @@ def record_turn(conn: Connection, rt: "Runtime", channel: str, chat_id: str, ses
                       delivery_key(f"t:{turn_id}"), session_id=session_id, turn_id=turn_id, kind=kind)
 
 
-def record_message(conn: "Connection | Runtime", channel: str, chat_id: str, text: str, kind: str = "message",
+def record_message(conn: "Connection | ChannelPorts", channel: str, chat_id: str, text: str, kind: str = "message",
                    key: str | None = None, session_id: str | None = None, reply_to: str | None = None,
                    fmt: str | None = None) -> bool:
     """Record one message to a chat (send_session_message, scheduler, command answers). False if a duplicate.
 
     Given a Connection it writes in the caller's transaction (the caller wakes the lane after its
-    commit); given the Runtime it commits on its own and wakes the lane itself.
+    commit); given the ChannelPorts it commits on its own and wakes the lane itself.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown delivery kind {kind!r}")
@@ -107,7 +107,7 @@ def record_message(conn: "Connection | Runtime", channel: str, chat_id: str, tex
                       session_id=session_id, kind=kind)
 
 
-def wake(rt: "Runtime", channel: str, chat_id: str) -> None:
+def wake(rt: "ChannelPorts", channel: str, chat_id: str) -> None:
     """After the commit: start the lane's delivery. A lost wake-up is the sweeper's to repair."""
     try:
         rt.queue.enqueue_delivery(channel, chat_id)
@@ -116,7 +116,7 @@ def wake(rt: "Runtime", channel: str, chat_id: str) -> None:
                     type(exc).__name__)
 
 
-def wake_session(rt: "Runtime", session_id: str) -> None:
+def wake_session(rt: "ChannelPorts", session_id: str) -> None:
     """Wake the lane of a session's chat when its channel is external (after a failed-input notice)."""
     from picobot.storage import sessions
 

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 from picobot.channels.base import SOCKET_CHANNELS, ChannelAdapter
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.channels.ports import ChannelPorts
 
 log = logging.getLogger(__name__)
 
+# The channel types PicoBot ships; plugins add theirs through `picobot_channels` (see plugin.py).
 ADAPTER_TYPES = {"feishu": "picobot.channels.feishu.adapter:FeishuAdapter"}
 
 
@@ -25,21 +26,25 @@ class ChannelError(Exception):
 _CLASS_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
-def known_channel(key: str, type_name: str) -> bool:
+def known_channel(key: str, type_name: str, types: dict[str, Any] | None = None) -> bool:
     """A channel PicoBot acts on: a socket channel, a known adapter type or a "module:Class" path."""
-    return key in SOCKET_CHANNELS or type_name in ADAPTER_TYPES or bool(_CLASS_PATH.fullmatch(type_name or ""))
+    types = ADAPTER_TYPES if types is None else types
+    return key in SOCKET_CHANNELS or type_name in types or bool(_CLASS_PATH.fullmatch(type_name or ""))
 
 
-def adapter_path(type_name: str) -> str:
-    """"module:Class" for a channel type: a known name, or the path itself (tests use their own types)."""
-    if type_name in ADAPTER_TYPES:
-        return ADAPTER_TYPES[type_name]
+def adapter_path(type_name: str, types: dict[str, Any] | None = None) -> Any:
+    """"module:Class" (or the class) for a channel type: a known name, or the path itself."""
+    types = ADAPTER_TYPES if types is None else types
+    if type_name in types:
+        return types[type_name]
     if _CLASS_PATH.fullmatch(type_name):
         return type_name
-    raise ChannelError(f"unknown channel type {type_name!r} (known: {', '.join(sorted(ADAPTER_TYPES))})")
+    raise ChannelError(f"unknown channel type {type_name!r} (known: {', '.join(sorted(types))})")
 
 
-def load_class(path: str) -> Any:
+def load_class(path: Any) -> Any:
+    if not isinstance(path, str):
+        return path  # a plugin handed the class itself
     module_name, _, attr = path.partition(":")
     try:
         return getattr(importlib.import_module(module_name), attr)
@@ -48,8 +53,9 @@ def load_class(path: str) -> Any:
 
 
 class ChannelRegistry:
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: ChannelPorts, types: dict[str, Any] | None = None) -> None:
         self._rt = rt
+        self._types = dict(ADAPTER_TYPES if types is None else types)
         self._adapters: dict[str, ChannelAdapter] = {}
         self._lock = threading.Lock()
 
@@ -75,7 +81,7 @@ class ChannelRegistry:
             adapter = self._adapters.get(channel)
             if adapter is None:
                 cfg = self._config(channel)
-                cls = load_class(adapter_path(cfg.type or channel))
+                cls = load_class(adapter_path(cfg.type or channel, self._types))
                 adapter = cls(channel, cfg, self._rt)
                 self._adapters[channel] = adapter
             return adapter

@@ -68,7 +68,7 @@ def serve(config: Config, key: str, queue: Any) -> int:
     from picobot.channels.feishu.config import FeishuConfig
     from picobot.channels.feishu.longconn import LongConnection
     from picobot.logging_setup import setup_logging
-    from picobot.runtime.services import build_runtime
+    from picobot.app import build_runtime
 
     cfg = FeishuConfig.from_channel(config.channels[key])
     setup_logging(config)

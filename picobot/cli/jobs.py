@@ -51,7 +51,7 @@ class BadInput(Exception):
 def run(config: Config, args: argparse.Namespace, queue: Any = None) -> int:
     """One `picobot jobs` action; `queue` is the task queue `run` needs (worker/commands.py gives it)."""
     from picobot.errors import ToolError
-    from picobot.runtime.services import build_runtime
+    from picobot.app import build_runtime
 
     try:
         data = _read_job(args.file) if args.jobs_action == "add" else None

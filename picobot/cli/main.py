@@ -1,4 +1,4 @@
-"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, jobs, feishu, health, config, migrate.
+"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, jobs, feishu, plugins, health, config, migrate.
 
 Each command imports what it needs when it runs: `picobot chat -m` starts once per message, and
 the schema, the storage and the pairing stack would cost most of its time.
@@ -17,6 +17,7 @@ from picobot.cli.feishu import add_parser as add_feishu_parser
 from picobot.cli.jobs import add_parser as add_jobs_parser
 from picobot.cli.memory import add_parser as add_memory_parser
 from picobot.cli.pair import add_parser as add_pair_parser
+from picobot.cli.plugins import add_parser as add_plugins_parser
 from picobot.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -154,9 +155,15 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     return run(_config(), args)
 
 
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from picobot.cli.plugins import run
+
+    return run(_config(), args)
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     from picobot.runtime.health import check_health
-    from picobot.runtime.services import build_runtime
+    from picobot.app import build_runtime
 
     class _NoQueue:
         def enqueue_turn(self, session_id: str) -> None:
@@ -192,7 +199,9 @@ def cmd_config(args: argparse.Namespace) -> int:
     print(text.encode("utf-8", "backslashreplace").decode("utf-8"))
     where = config.config_path or "no config file (defaults and environment)"
     print(f"# loaded from: {where}", file=sys.stderr)
-    for line in warning_lines(config):
+    from picobot.app import channel_types
+
+    for line in warning_lines(config, channel_types(config)):
         print(f"picobot: {line}", file=sys.stderr)
     return 0
 
@@ -237,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_parser(sub).set_defaults(fn=cmd_memory)
     add_jobs_parser(sub).set_defaults(fn=cmd_jobs)
     add_feishu_parser(sub).set_defaults(fn=cmd_feishu)
+    add_plugins_parser(sub).set_defaults(fn=cmd_plugins)
     h = sub.add_parser("health", help="check database, Redis, workers, beat and provider")
     h.add_argument("--json", action="store_true")
     h.set_defaults(fn=cmd_health)

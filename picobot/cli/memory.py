@@ -33,7 +33,7 @@ class _NoQueue:
 
 def run(config: Config, args: argparse.Namespace) -> int:
     from picobot.memory.maintenance import run_maintenance
-    from picobot.runtime.services import build_runtime
+    from picobot.app import build_runtime
 
     rt = build_runtime(config, _NoQueue(), migrate=True)
     try:

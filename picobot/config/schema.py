@@ -22,6 +22,7 @@ from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field,
 
 from picobot.config.home import RUNTIME_KEYS, default_database_url, picobot_home  # noqa: F401 (re-exported)
 from picobot.config.workspace import choose_workspace
+from picobot.domain.cron import check_cron  # noqa: F401 (re-exported)
 from picobot.errors import ConfigError
 from picobot.security.netpolicy import parse_allow_entry
 from picobot.security.redact import masked_value
@@ -133,50 +134,8 @@ class GatewayConfig(_Section):
 
 
 # --- scheduler ----------------------------------------------------------------------
-
-_MONTHS = {m: i for i, m in enumerate(
-    ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"), 1)}
-_DAYS = {d: i for i, d in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
-_CRON_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
-    ("minute", 0, 59, {}),
-    ("hour", 0, 23, {}),
-    ("day-of-month", 1, 31, {}),
-    ("month", 1, 12, _MONTHS),
-    ("day-of-week", 0, 7, _DAYS),  # 0 and 7 are both Sunday, as in cron(5)
-)
-
-
-def _cron_value(part: str, names: dict[str, int]) -> int | None:
-    if part.isdigit():
-        return int(part)
-    return names.get(part.lower())
-
-
-def _check_cron_item(item: str, field: str, low: int, high: int, names: dict[str, int]) -> None:
-    base, slash, step = item.partition("/")
-    if slash and not (step.isdigit() and int(step) > 0):
-        raise ValueError(f"bad step {step!r} in the {field} field")
-    if base == "*":
-        return
-    start, dash, end = base.partition("-")
-    for part in (start, end) if dash else (start,):
-        value = _cron_value(part, names)
-        if value is None or not low <= value <= high:
-            raise ValueError(f"{part!r} is not valid in the {field} field ({low}-{high})")
-
-
-def check_cron(expression: str) -> str:
-    """Validate a 5-field cron expression; return it with whitespace normalised."""
-    fields = expression.split()
-    if len(fields) != 5:
-        raise ValueError(
-            "a cron expression has 5 fields (minute hour day-of-month month day-of-week), "
-            f"got {len(fields)}"
-        )
-    for text, (field, low, high, names) in zip(fields, _CRON_FIELDS):
-        for item in text.split(","):
-            _check_cron_item(item, field, low, high, names)
-    return " ".join(fields)
+# The cron grammar lives in picobot.domain.cron (the scheduler parses with it too); check_cron
+# is re-exported here for picobot.config's importers.
 
 
 class DelaySchedule(_Section):
@@ -475,16 +434,49 @@ class ResolvedAgent:
     model: ModelConfig
 
 
-def _check_channel_keys(key: str, channel: ChannelConfig) -> None:
-    # A channel type with its own schema checks its keys here (imported only when configured).
-    if channel.type == "feishu":
-        from picobot.channels.feishu.config import check_channel
-
-        check_channel(key, channel.model_dump())
-
-
 def _known(names: Mapping[str, Any]) -> str:
     return ", ".join(sorted(names)) or "none"
+
+
+class AuditLogConfig(_Section):
+    """The shipped audit-log plugin: each tool call and answer as one JSON line, secrets masked."""
+
+    enabled: bool = False
+    path: str = "logs/audit.jsonl"  # relative to the PicoBot home
+
+
+class ToolPolicyRule(_Section):
+    tool: str = Field(default="*", min_length=1)  # a tool name, or a glob ("mcp_*", "*")
+    argument: str | None = None  # the argument the pattern is matched against; None: all of them as JSON
+    pattern: str | None = None  # a regular expression; None: every call of the tool
+    reason: str = "denied by the tool policy"
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+
+class ToolPolicyConfig(_Section):
+    """The shipped tool-policy plugin: deny rules by tool name and argument pattern."""
+
+    enabled: bool = False
+    deny: list[ToolPolicyRule] = Field(default_factory=list)
+
+
+class PluginsConfig(_Section):
+    enabled: bool = True  # false: no third-party plugin loads (the built-in capabilities always do)
+    disabled: list[str] = Field(default_factory=list)  # plugin names (entry-point or file names) not to load
+    hook_timeout_secs: float = Field(default=5.0, gt=0, le=600)
+    audit_log: AuditLogConfig = Field(default_factory=AuditLogConfig)
+    tool_policy: ToolPolicyConfig = Field(default_factory=ToolPolicyConfig)
+    # settings for third-party plugins, by plugin name; each plugin reads its own
+    settings: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
 class Config(_Section):
@@ -502,6 +494,7 @@ class Config(_Section):
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict, alias="mcpServers")
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     time: TimeConfig = Field(default_factory=TimeConfig)
+    plugins: PluginsConfig = Field(default_factory=PluginsConfig)
 
     # Not part of the file: computed by the loader (see RUNTIME_KEYS).
     home: Path = Field(default_factory=picobot_home, exclude=True)
@@ -533,7 +526,7 @@ class Config(_Section):
             self._check_agent(name, agent)
         for key, channel in self.channels.items():
             self._check_agent_name(f"channels.{key}.agent", channel.agent)
-            _check_channel_keys(key, channel)
+            # a channel type's own keys are its plugin's to check (picobot_config_check, at start)
         for i, job in enumerate(self.scheduler.jobs):
             name = job.payload.get("agent")
             if isinstance(name, str):

@@ -67,20 +67,26 @@ def _inner_paths(value: Any, path: KeyPath) -> Iterator[KeyPath]:
             yield from _inner_paths(item, path + (str(key),))
 
 
-def _known_channel(config: Config, path: KeyPath) -> bool:
-    """`channels.<key>` of a type PicoBot has an adapter for (its keys are acted on, or checked, by it)."""
+from picobot.domain.scope import SOCKET_CHANNELS as _SOCKET_CHANNELS
+_CLASS_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+def _known_channel(config: Config, path: KeyPath, channel_types: frozenset[str]) -> bool:
+    """`channels.<key>` of a type an adapter is offered for (its keys are acted on, or checked, by it)."""
     if len(path) != 2 or path[0] != "channels" or path[1] not in config.channels:
         return False
-    from picobot.channels.registry import known_channel
+    type_name = config.channels[path[1]].type or ""
+    return path[1] in _SOCKET_CHANNELS or type_name in channel_types or bool(_CLASS_PATH.fullmatch(type_name))
 
-    return known_channel(path[1], config.channels[path[1]].type)
 
+def unused_settings(config: Config, channel_types: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """(key path, why) for each setting in `config` that is set but not acted on yet.
 
-def unused_settings(config: Config) -> list[tuple[str, str]]:
-    """(key path, why) for each setting in `config` that is set but not acted on yet."""
+    `channel_types`: the channel types the plugins offer (the caller asks them; config knows none).
+    """
     found: dict[str, str] = {}
     for path in set_paths(config):
-        if _known_channel(config, path):
+        if _known_channel(config, path, channel_types):
             continue
         for key in UNUSED_KEYS:
             if key.matches(path):
@@ -96,6 +102,6 @@ def show_path(path: KeyPath) -> str:
     return ".".join(part if _PLAIN.fullmatch(part) else json.dumps(part) for part in path)
 
 
-def warning_lines(config: Config) -> list[str]:
+def warning_lines(config: Config, channel_types: frozenset[str] = frozenset()) -> list[str]:
     return [f"warning: {path} is accepted but not acted on yet: {why} (see docs/CONFIGURATION.md)"
-            for path, why in unused_settings(config)]
+            for path, why in unused_settings(config, channel_types)]

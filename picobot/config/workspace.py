@@ -115,3 +115,12 @@ def safe_name(raw: str) -> str:
         return cleaned
     digest = hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     return f"{cleaned or 'chat'}-{digest}"
+
+
+def inside(path: Path, root: Path) -> bool:
+    """True when the resolved path is root or below it."""
+    try:
+        resolved, base = path.resolve(), root.resolve()
+    except (OSError, RuntimeError):
+        return False
+    return resolved == base or resolved.is_relative_to(base)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from picobot.channels.access import agent_for
+from picobot.config.access import agent_for
 from picobot.domain.messages import text_of
+from picobot.plugins.types import StageContext
+
+log = logging.getLogger("picobot.gateway")
 from picobot.gateway.inbound import InboundMessage, Reply
 from picobot.gateway.limits import RateLimits
 from picobot.runtime import control
@@ -16,7 +20,6 @@ from picobot.runtime.health import check_health
 from picobot.storage import compaction as compaction_sql
 from picobot.storage import inbound, messages, sessions, turns
 from picobot.storage.models import SessionRow
-from picobot.subagents.control import stop_session_runs
 
 if TYPE_CHECKING:
     from picobot.runtime.services import Runtime
@@ -32,7 +35,6 @@ HELP = """Commands:
   /compact              fold older history into a summary now (in the background)
   /dump                 the current dialog as Markdown
   /health               check PicoBot's dependencies
-  /mcp                  MCP servers: state, tool count, last error
   /queue <message>      run the message after the current turn
   /stop                 stop the current turn and clear waiting input
   /help, /?             this help"""
@@ -59,8 +61,11 @@ def handle_command(ctx: CommandContext, text: str) -> Reply:
     name, _, arg = text.partition(" ")
     handler = COMMANDS.get(name.lower())
     if handler is None:
-        return Reply("command", code="unknown_command", text=f"Unknown command {name}.\n\n{HELP}",
-                     data={"command": name})
+        command = ctx.rt.commands().get(name.lower().lstrip("/"))
+        if command is None:
+            return Reply("command", code="unknown_command", text=f"Unknown command {name}.\n\n{help_text(ctx)}",
+                         data={"command": name})
+        handler = _plugin_handler(command)
     reply = handler(ctx, arg.strip())
     if reply.data is None:
         reply.data = {}
@@ -69,7 +74,7 @@ def handle_command(ctx: CommandContext, text: str) -> Reply:
 
 
 def _current(ctx: CommandContext, s) -> SessionRow:  # type: ignore[no-untyped-def]
-    return sessions.get_or_create_current(s, ctx.msg.channel, ctx.msg.chat_id, agent_for(ctx.rt, ctx.msg.channel))
+    return sessions.get_or_create_current(s, ctx.msg.channel, ctx.msg.chat_id, agent_for(ctx.rt.config, ctx.msg.channel))
 
 
 def _describe(row: SessionRow) -> dict:
@@ -84,7 +89,7 @@ def cmd_new(ctx: CommandContext, arg: str) -> Reply:
                      retry_after=limited.retry_after)
     with ctx.rt.db.write() as s:
         row = sessions.create(s, ctx.msg.channel, ctx.msg.chat_id, title=arg[:256],
-                              agent=agent_for(ctx.rt, ctx.msg.channel))
+                              agent=agent_for(ctx.rt.config, ctx.msg.channel))
         info = _describe(row)
     return Reply("command", session_id=info["session_id"], session_changed=True, data=info,
                  text=f"New dialog {info['dialog_id']}" + (f": {arg}" if arg else "") + ".")
@@ -131,7 +136,7 @@ def _leave(ctx: CommandContext, action: Callable, verb: str) -> Reply:
         inbound.cancel_pending(s.connection(), row.id)
         running = turns.running_ids(s.connection(), row.id)
         nxt = (sessions.current(s, ctx.msg.channel, ctx.msg.chat_id)
-               or sessions.create(s, ctx.msg.channel, ctx.msg.chat_id, agent=agent_for(ctx.rt, ctx.msg.channel)))
+               or sessions.create(s, ctx.msg.channel, ctx.msg.chat_id, agent=agent_for(ctx.rt.config, ctx.msg.channel)))
         sessions.set_current(s, nxt)
         info = _describe(nxt)
     control.request_stop(ctx.rt.redis, running)
@@ -163,7 +168,6 @@ def session_info(rt: "Runtime", row: SessionRow, message_count: int) -> dict:
 
 def compaction_info(rt: "Runtime", s, row: SessionRow, window: int) -> dict:  # type: ignore[no-untyped-def]
     """How often the dialog was compacted, when last, whether one runs now, and where it would start."""
-    from picobot.memory.compaction import TRIGGER_FRACTION
     from picobot.runtime.keys import compacting
 
     count, last = compaction_sql.summary_stats(s.connection(), row.id)
@@ -172,7 +176,7 @@ def compaction_info(rt: "Runtime", s, row: SessionRow, window: int) -> dict:  # 
     except Exception:  # Redis away: /info still answers from SQL
         running = False
     return {"compactions": count, "last_compacted_at": last, "active_from_position": row.compacted_before,
-            "running": running, "threshold_tokens": int(window * TRIGGER_FRACTION)}
+            "running": running, "threshold_tokens": int(window * compaction_sql.TRIGGER_FRACTION)}
 
 
 def _compaction_line(c: dict) -> str:
@@ -236,21 +240,37 @@ def cmd_compact(ctx: CommandContext, arg: str) -> Reply:
                       "done (/info shows the state). With 3 user turns or fewer there is nothing to fold.")
 
 
+def help_text(ctx: CommandContext) -> str:
+    """The built-in commands, then those plugins add (/mcp is the MCP capability's)."""
+    extra = [f"  /{name:<20} {c.description}" for name, c in sorted(ctx.rt.commands().items())]
+    return HELP if not extra else HELP + "\n" + "\n".join(extra)
+
+
+def _plugin_handler(command) -> Handler:  # type: ignore[no-untyped-def]
+    """A plugin's command as a handler: its answer is text, or {"text", "data"}; a failure is said plainly."""
+    def run(ctx: CommandContext, arg: str) -> Reply:
+        stage = StageContext(session_id="", channel=ctx.msg.channel, chat_id=ctx.msg.chat_id,
+                             sender_id=ctx.msg.sender_id, turn_id="")
+        try:
+            answer = command.handler(stage, arg)
+        except Exception:
+            log.exception("plugin command /%s failed", command.name)
+            return Reply("command", code="command_failed", text=f"/{command.name} failed; the log has the details.")
+        if isinstance(answer, dict):
+            return Reply("command", data=dict(answer.get("data") or {}), text=str(answer.get("text") or ""))
+        return Reply("command", text=str(answer))
+
+    return run
+
+
 def cmd_help(ctx: CommandContext, arg: str) -> Reply:
-    return Reply("command", text=HELP)
+    return Reply("command", text=help_text(ctx))
 
 
 def cmd_health(ctx: CommandContext, arg: str) -> Reply:
     report = check_health(ctx.rt)
     lines = [f"{'ok ' if v['ok'] else 'BAD'} {k}: {v.get('detail', '')}" for k, v in report["checks"].items()]
     return Reply("command", data=report, text=f"PicoBot is {report['status']}\n" + "\n".join(lines))
-
-
-def cmd_mcp(ctx: CommandContext, arg: str) -> Reply:
-    from picobot.mcp import status
-
-    servers = status.summary(ctx.rt.config, status.read(ctx.rt.redis))
-    return Reply("command", data={"servers": servers}, text=status.text(servers))
 
 
 def cmd_queue(ctx: CommandContext, arg: str) -> Reply:
@@ -271,7 +291,8 @@ def cmd_stop(ctx: CommandContext, arg: str) -> Reply:
         running = turns.running_ids(s.connection(), row.id)
         sid = row.id
     control.request_stop(ctx.rt.redis, running)
-    stop_session_runs(ctx.rt.db, ctx.rt.redis, sid)  # sub-agent runs of the dialog, background ones too
+    # what plugins run for the dialog (sub-agent runs, background ones too)
+    ctx.rt.plugins.call("picobot_session_stopped", session_id=sid, ports=ctx.rt)
     return Reply("command", session_id=sid, data={"cleared": cleared},
                  text=f"Stopping the current turn; cleared {cleared} waiting message(s).")
 
@@ -280,5 +301,5 @@ COMMANDS: dict[str, Handler] = {
     "/new": cmd_new, "/sessions": cmd_sessions, "/switch": cmd_switch, "/use": cmd_switch,
     "/rename": cmd_rename, "/archive": cmd_archive, "/delete": cmd_delete, "/info": cmd_info,
     "/dump": cmd_dump, "/help": cmd_help, "/?": cmd_help, "/health": cmd_health, "/queue": cmd_queue,
-    "/stop": cmd_stop, "/mcp": cmd_mcp, "/compact": cmd_compact,
+    "/stop": cmd_stop, "/compact": cmd_compact,
 }

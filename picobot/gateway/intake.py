@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from picobot.channels.access import agent_for, allowed
+from picobot.config.access import agent_for, allowed
 from picobot.domain.messages import Content
 from picobot.domain.text import repair_content
 from picobot.gateway.blocks import BadBlock, measure_blocks
@@ -30,7 +30,7 @@ class Gateway:
 
     def submit(self, msg: InboundMessage) -> Reply:
         msg = repaired(msg)
-        if not allowed(self.rt, msg.channel, msg.sender_id):  # before anything, commands too
+        if not allowed(self.rt.config, msg.channel, msg.sender_id):  # before anything, commands too
             log.info("rejected input from %s:%s: sender %s is not in allow_from", msg.channel, msg.chat_id,
                      msg.sender_id)
             return Reply("rejected", fate="rejected", code="forbidden",
@@ -54,7 +54,7 @@ class Gateway:
         mode = MODE_QUEUE if msg.mode == MODE_QUEUE else MODE_STEER
         with self.rt.db.begin() as conn:
             session_id = sessions.current_or_create_id(conn, msg.channel, msg.chat_id,
-                                                       agent_for(self.rt, msg.channel))
+                                                       agent_for(self.rt.config, msg.channel))
             pending, busy = inbound.intake_state(conn, session_id)
             if pending >= MAX_PENDING_PER_SESSION:
                 return Reply("rejected", session_id=session_id, fate="rejected", code="queue_full",

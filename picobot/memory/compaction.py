@@ -26,7 +26,7 @@ from picobot.domain.messages import (
 from picobot.domain.text import repair_text
 
 KEEP_USER_TURNS = 3
-TRIGGER_FRACTION = 0.5
+from picobot.storage.compaction import TRIGGER_FRACTION  # noqa: E402 (one number, kept with the compaction SQL)
 TOOL_OUTPUT_TRIM_CHARS = 2000
 KEPT_MARKERS = frozenset({MARKER_AGENT_PROMPT, MARKER_SCHEDULED_PROMPT})
 SUMMARY_PREFIX = "[Compressed History]"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from picobot.agent.stream import pump
+from picobot.coord import Lease, keys
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import ChatMessage, text_of
 from picobot.domain.text import repair_text
@@ -25,13 +26,11 @@ from picobot.errors import ConfigError, ProviderError, TurnCancelled
 from picobot.memory.model import MemorySource, scope_key_for
 from picobot.memory import compaction as rules
 from picobot.providers.base import ChatRequest, Completed
-from picobot.runtime import keys
-from picobot.runtime.lease import Lease
 from picobot.storage import compaction as sql
 from picobot.storage import messages
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.memory.ports import MemoryPorts
 
 log = logging.getLogger("picobot.compaction")
 
@@ -48,14 +47,14 @@ class Outcome:
     position: int | None = None  # the new `compacted_before`
 
 
-def window_tokens(rt: "Runtime", agent: str) -> int:
+def window_tokens(rt: "MemoryPorts", agent: str) -> int:
     try:
         return rt.config.agent(agent).model.context_window_tokens
     except ConfigError:
         return DEFAULT_WINDOW
 
 
-def schedule_if_needed(rt: "Runtime", session_id: str, agent: str, history: list[ChatMessage]) -> bool:
+def schedule_if_needed(rt: "MemoryPorts", session_id: str, agent: str, history: list[ChatMessage]) -> bool:
     """After a committed turn: the cheap estimate, and a background task when it is over budget."""
     try:
         if not rules.needs_compaction(history, window_tokens(rt, agent)):
@@ -69,10 +68,10 @@ def schedule_if_needed(rt: "Runtime", session_id: str, agent: str, history: list
         return False
 
 
-def run_background(rt: "Runtime", session_id: str, force: bool = False) -> Outcome:
+def run_background(rt: "MemoryPorts", session_id: str, force: bool = False) -> Outcome:
     """The Celery task's body: one compaction at a time per session."""
     ttl = _lease_secs(rt, session_id)
-    lease = Lease(rt.redis, session_id, ttl, key=keys.compacting(session_id))
+    lease = Lease(rt.redis, keys.compacting(session_id), ttl, retake=True)
     if not lease.acquire():
         return Outcome("busy")
     try:
@@ -84,7 +83,7 @@ def run_background(rt: "Runtime", session_id: str, force: bool = False) -> Outco
     return outcome
 
 
-def _lease_secs(rt: "Runtime", session_id: str) -> float:
+def _lease_secs(rt: "MemoryPorts", session_id: str) -> float:
     try:
         with rt.db.connect() as conn:
             state = sql.read_state(conn, session_id)
@@ -94,7 +93,7 @@ def _lease_secs(rt: "Runtime", session_id: str) -> float:
         return 120.0 * 2 + LEASE_MARGIN_SECS
 
 
-def compact_session(rt: "Runtime", session_id: str, *, force: bool = False, limit_tokens: int | None = None,
+def compact_session(rt: "MemoryPorts", session_id: str, *, force: bool = False, limit_tokens: int | None = None,
                     keep: int = rules.KEEP_USER_TURNS, cancel: CancelToken | None = None) -> Outcome:
     """Compact the session's active history now, in this thread. `force` skips the 50 % check;
     `limit_tokens` is a window the provider reported (used when smaller than the configured one)."""
@@ -124,7 +123,7 @@ def compact_session(rt: "Runtime", session_id: str, *, force: bool = False, limi
     return Outcome("compacted", len(plan.summarised), len(history) - plan.boundary, fallback, first)
 
 
-def _summarise(rt: "Runtime", agent: str, older: list[ChatMessage], window: int,
+def _summarise(rt: "MemoryPorts", agent: str, older: list[ChatMessage], window: int,
                cancel: CancelToken) -> tuple[str, bool]:
     """(summary, fell back). The agent's provider and model; any failure falls back to truncation."""
     text = rules.transcript(older, window)
@@ -151,7 +150,7 @@ def _summarise(rt: "Runtime", agent: str, older: list[ChatMessage], window: int,
     return rules.fallback_summary(text), True
 
 
-def _remember(rt: "Runtime", session_id: str, state: sql.State, sender: str, summary: str,
+def _remember(rt: "MemoryPorts", session_id: str, state: sql.State, sender: str, summary: str,
               summary_id: int | None) -> None:
     """The summary as a Timeline memory of the user's scope; the compaction stands without it."""
     store = rt.memory
@@ -166,13 +165,13 @@ def _remember(rt: "Runtime", session_id: str, state: sql.State, sender: str, sum
         log.warning("compaction of %s: the Timeline entry was not stored (%s)", session_id, exc)
 
 
-def active_history(rt: "Runtime", session_id: str) -> list[ChatMessage]:
+def active_history(rt: "MemoryPorts", session_id: str) -> list[ChatMessage]:
     """The session's active history as stored now (after a compaction), chains repaired."""
     with rt.db.connect() as conn:
         return messages.load_history(conn, session_id)
 
 
-def previous_context(rt: "Runtime", channel: str, sender: str, limit: int = 3) -> ChatMessage | None:
+def previous_context(rt: "MemoryPorts", channel: str, sender: str, limit: int = 3) -> ChatMessage | None:
     """`[Previous Context]`: the user scope's newest Timeline entries, oldest first (None if none)."""
     if rt.memory is None:
         return None

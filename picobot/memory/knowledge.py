@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from picobot.errors import MemoryRejected
-from picobot.memory.segment import index_text, query_terms
+from picobot.storage.segment import index_text, query_terms
 
 CONTENT_FILE = "content.md"
 MAX_DOC_CHARS = 200_000  # one document, read or written

@@ -26,23 +26,23 @@ from picobot.agent.context import write_memory_summary
 from picobot.agent.managed_block import scope_section
 from picobot.agent.stream import pump
 from picobot.config.schema import ResolvedAgent
+from picobot.coord import Lease, keys
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import text_of
 from picobot.errors import ConfigError, MemoryRejected, ProviderError, ProviderUnavailable, TurnCancelled
 from picobot.memory import maintenance_plan as plans
 from picobot.memory.model import MAX_KEY, MAX_NAMESPACE, Memory, clean_text
 from picobot.providers.base import ChatRequest, Completed
-from picobot.runtime.lease import Lease
 from picobot.storage import memory_maintenance as sql
 from picobot.threadpool import watchdog
 
 if TYPE_CHECKING:
     from picobot.memory.store import MemoryStore
-    from picobot.runtime.services import Runtime
+    from picobot.memory.ports import MemoryPorts
 
 log = logging.getLogger("picobot.memory.maintenance")
 
-LOCK_KEY = "picobot:memory_maintenance"
+LOCK_KEY = keys.MEMORY_MAINTENANCE_LOCK
 LOCK_MARGIN_SECS = 60  # beyond one scope's model call: reading, writing, AGENT.md
 PAGE = 100  # MemoryStore.list's largest page
 BLOCK_HEADER = ("## What PicoBot remembers about its users\n\n"
@@ -71,7 +71,7 @@ class RunReport:
                 "scopes": [vars(s) for s in self.scopes]}
 
 
-def run_maintenance(rt: "Runtime") -> RunReport:
+def run_maintenance(rt: "MemoryPorts") -> RunReport:
     """One maintenance run over the due scopes, under the run lock; the Celery task and the CLI call this."""
     if rt.memory is None:
         return RunReport("disabled", error="memory.enabled is false")
@@ -81,7 +81,7 @@ def run_maintenance(rt: "Runtime") -> RunReport:
         log.warning("memory maintenance: no model to run it with (%s)", exc)
         return RunReport("no_model", error=str(exc))
     timeout = resolved.provider.memory_maintenance_timeout_secs
-    lock = Lease(rt.redis, "", timeout + LOCK_MARGIN_SECS, key=LOCK_KEY)
+    lock = Lease(rt.redis, LOCK_KEY, timeout + LOCK_MARGIN_SECS, retake=True)
     if not lock.acquire():
         log.info("memory maintenance: another run holds the lock; not starting a second one")
         return RunReport("busy")
@@ -95,7 +95,7 @@ def run_maintenance(rt: "Runtime") -> RunReport:
     return report
 
 
-def _run_locked(rt: "Runtime", resolved: ResolvedAgent, lock: Lease) -> RunReport:
+def _run_locked(rt: "MemoryPorts", resolved: ResolvedAgent, lock: Lease) -> RunReport:
     cfg = rt.config.memory
     with rt.db.connect() as conn:
         due = sql.due_scopes(conn, cfg.maintenance_max_scopes_per_run)
@@ -109,7 +109,7 @@ def _run_locked(rt: "Runtime", resolved: ResolvedAgent, lock: Lease) -> RunRepor
     return report
 
 
-def maintain_scope(rt: "Runtime", resolved: ResolvedAgent, scope_key: str) -> ScopeResult:
+def maintain_scope(rt: "MemoryPorts", resolved: ResolvedAgent, scope_key: str) -> ScopeResult:
     """One pass over one scope; failures are recorded, never raised."""
     cfg = rt.config.memory
     assert rt.memory is not None
@@ -134,7 +134,7 @@ def _entries(store: "MemoryStore", scope_key: str, cap: int) -> list[Memory]:
     return out[:cap]
 
 
-def _ask(rt: "Runtime", resolved: ResolvedAgent, messages: list[Any]) -> str:
+def _ask(rt: "MemoryPorts", resolved: ResolvedAgent, messages: list[Any]) -> str:
     """The model's answer text; ProviderError when it fails or takes longer than the maintenance timeout."""
     timeout = resolved.provider.memory_maintenance_timeout_secs
     request = ChatRequest(model=resolved.model.model_id, messages=messages, temperature=resolved.model.temperature,
@@ -160,7 +160,7 @@ def _merge_write(merge: plans.Merge, max_chars: int) -> sql.MergeWrite:
                           importance=merge.importance)
 
 
-def _apply(rt: "Runtime", scope_key: str, shown: plans.Shown, plan: plans.Plan,
+def _apply(rt: "MemoryPorts", scope_key: str, shown: plans.Shown, plan: plans.Plan,
            merges: list[sql.MergeWrite]) -> ScopeResult:
     seen = {i: m.updated_at for i, m in shown.entries.items()}
     conflicts = [{"ids": c.ids, "note": _plain(c.note)} for c in plan.conflicts]
@@ -188,7 +188,7 @@ def _plain(text: str) -> str:
     return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
 
 
-def _failed(rt: "Runtime", scope_key: str, why: str) -> ScopeResult:
+def _failed(rt: "MemoryPorts", scope_key: str, why: str) -> ScopeResult:
     log.warning("memory maintenance of %s failed: %s; nothing was changed", scope_key, why)
     with rt.db.begin() as conn:
         sql.save_error(conn, scope_key, why)
@@ -201,7 +201,7 @@ def _why(exc: Exception) -> str:
     return str(exc)
 
 
-def _write_agent_md(rt: "Runtime") -> bool:
+def _write_agent_md(rt: "MemoryPorts") -> bool:
     """All scopes' summaries into AGENT.md's managed block (scopes with no entries left drop out)."""
     with rt.db.connect() as conn:
         live = sql.fingerprints(conn)

@@ -6,28 +6,16 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from picobot.domain.scope import MAX_SCOPE_KEY, OWNER_CHANNELS, OWNER_SCOPE, scope_key_for  # noqa: F401 (re-exported)
 from picobot.errors import MemoryRejected
 
 SCOPE_USER = "user"
-OWNER_SCOPE = "owner"
-# The web UI and the terminal client speak for the install's owner: one memory for both.
-OWNER_CHANNELS = frozenset({"web", "cli_chat"})
 CATEGORIES = ("knowledge", "timeline")
 TIMELINE_NAMESPACE = "timeline"
 TIMELINE_IMPORTANCE = 0.3
-MAX_SCOPE_KEY = 320
 MAX_NAMESPACE = 64
 MAX_KEY = 200
 DEFAULT_MAX_CONTENT = 4000
-
-
-def scope_key_for(channel: str, sender_id: str) -> str:
-    """The user scope of a sender: `channel:sender_id`, or `owner` for the web UI and terminal."""
-    if channel in OWNER_CHANNELS:
-        return OWNER_SCOPE
-    if not channel or not sender_id:
-        raise MemoryRejected("This chat has no sender to keep memories for.")
-    return f"{channel}:{sender_id}"[:MAX_SCOPE_KEY]
 
 
 @dataclass(frozen=True)

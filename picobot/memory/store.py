@@ -15,7 +15,7 @@ from picobot.memory.model import (
     DEFAULT_MAX_CONTENT, MAX_KEY, MAX_NAMESPACE, MAX_SCOPE_KEY, TIMELINE_IMPORTANCE, TIMELINE_NAMESPACE, Memory,
     MemoryHit, MemorySource, clean_category, clean_importance, clean_text,
 )
-from picobot.memory.segment import index_text, query_terms
+from picobot.storage.segment import index_text, query_terms
 from picobot.storage.db import Database
 from picobot.storage.models import MemoryRow
 

@@ -20,7 +20,7 @@ from picobot.storage import inbound, messages, turns
 from picobot.storage.models import INBOUND_FAILED
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import Ports
 
 log = logging.getLogger("picobot.turns")
 
@@ -28,11 +28,12 @@ MARKER_FAILED_INPUT = "failed_input"  # an input given up on: shown in history, 
 
 
 def give_back(conn: Connection, session_id: str, turn_id: str, max_attempts: int, why: str,
-              rt: "Runtime | None" = None) -> dict[str, Any] | None:
+              ports: "Ports | None" = None, after: list | None = None) -> dict[str, Any] | None:
     """Re-queue a dead turn's input, or end it failed; returns the `turn_completed` event when it ended.
 
-    Part of the caller's transaction; the caller publishes the event after the commit (and, for an
-    external chat, whose notice is recorded here when `rt` is given, wakes its delivery lane).
+    Part of the caller's transaction; the caller publishes the event after the commit and runs what
+    `after` collected (the plugins' after-commit work: an external chat's notice, recorded here
+    when `ports` is given, wakes its delivery lane).
     """
     rows = inbound.claimed_by(conn, turn_id)
     if not rows:
@@ -46,8 +47,10 @@ def give_back(conn: Connection, session_id: str, turn_id: str, max_attempts: int
     inbound.set_status(conn, [r.id for r in rows], INBOUND_FAILED)
     turns.mark_failed(conn, turn_id, error)
     _record(conn, session_id, turn_id, rows, error)
-    if rt is not None:
-        _notify(conn, rt, session_id, turn_id, error)
+    if ports is not None:
+        found = _notify(conn, ports, session_id, turn_id, rows, error)
+        if after is not None:
+            after.extend(found)
     log.warning("turn %s: input %s of %s given up after %d attempt(s): %s", turn_id, [r.seq for r in rows],
                 session_id, tried, why)
     return failed_event(session_id, turn_id, [r.seq for r in rows], error)
@@ -67,14 +70,20 @@ def _record(conn: Connection, session_id: str, turn_id: str, rows: list[inbound.
     messages.append(conn, session_id, turn_id, [note])
 
 
-def _notify(conn: Connection, rt: "Runtime", session_id: str, turn_id: str, error: str) -> None:
-    """The failure notice for an external chat, in the outbox (same transaction)."""
-    from picobot.channels import outbound
+def _notify(conn: Connection, ports: "Ports", session_id: str, turn_id: str, rows: list[inbound.Input],
+            error: str) -> list:
+    """Tell the plugins in this transaction that the turn ended failed (an external chat's notice)."""
+    from picobot.plugins.types import TurnView
     from picobot.storage import sessions
 
     view = sessions.claim_view(conn, session_id)
-    if view is not None:
-        outbound.record_turn(conn, rt, view.channel, view.chat_id, session_id, turn_id, "failed", "", error)
+    if view is None:
+        return []
+    turn = TurnView(session_id=session_id, turn_id=turn_id, channel=view.channel, chat_id=view.chat_id,
+                    sender_id=rows[0].sender_id if rows else "", agent=view.agent, status="failed", final_text="",
+                    error=error, input_ids=tuple(r.platform_message_id for r in rows if r.platform_message_id),
+                    committed=False)
+    return ports.plugins.call("picobot_turn_committed", conn=conn, turn=turn, ports=ports)
 
 
 def failed_event(session_id: str, turn_id: str, seqs: list[int], error: str) -> dict[str, Any]:

@@ -28,9 +28,12 @@ def check_health(rt: "Runtime") -> dict[str, Any]:
         "beat": _check(lambda: _beat(rt)),
         "provider": _check(lambda: _provider(rt)),
         "sandbox": _check(lambda: _sandbox(rt)),
-        "mcp": _check(lambda: _mcp(rt)),
         "deliveries": _check(lambda: _deliveries(rt)),
     }
+    for entries in rt.plugins.call("picobot_health", ports=rt):  # the capabilities' own (mcp)
+        if isinstance(entries, dict):
+            checks.update({str(k): v for k, v in entries.items() if isinstance(v, dict) and "ok" in v})
+    checks["plugins"] = _check(lambda: _plugins(rt))
     ok = all(c["ok"] for c in checks.values())
     return {"status": "ok" if ok else "degraded", "checks": checks, "time": time.time()}
 
@@ -91,7 +94,11 @@ def _sandbox(rt: "Runtime") -> dict[str, Any]:
     return sandbox_check(reports, None if reports else sandbox_status(rt.config.tools.bash.sandbox))
 
 
-def _mcp(rt: "Runtime") -> dict[str, Any]:
-    from picobot.mcp.status import health
-
-    return health(rt.config, rt.redis)
+def _plugins(rt: "Runtime") -> dict[str, Any]:
+    """The plugins of this process. A broken one is reported, never a reason to pull the gateway."""
+    plugins = rt.plugins.statuses()
+    failed = [p for p in plugins if p["state"] == "failed" or p.get("error")]
+    detail = f"{sum(p['state'] == 'active' for p in plugins)} active"
+    if failed:
+        detail += "; with errors: " + ", ".join(f"{p['name']} ({p['error']})"[:200] for p in failed)
+    return {"ok": True, "detail": detail, "plugins": plugins}

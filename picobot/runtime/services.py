@@ -7,7 +7,7 @@ import socket
 import threading
 from functools import cached_property
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -18,31 +18,13 @@ from picobot.runtime.control import TurnSupervisor
 from picobot.runtime.publisher import EventPublisher
 from picobot.storage.db import Database
 from picobot.runtime.history_cache import HistoryCache
+from picobot.runtime.ports import TaskQueue
 from picobot.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
-    from picobot.channels.registry import ChannelRegistry
-    from picobot.mcp import McpManager
-    from picobot.memory import MemoryStore
-    from picobot.memory.knowledge import KnowledgeBase
-    from picobot.skills import SkillCatalog
-    from picobot.tools.base import Tool
+    from picobot.plugins import PluginHost
 
-
-class TaskQueue(Protocol):
-    """The one seam to the task system (Celery in production)."""
-
-    def enqueue_turn(self, session_id: str, queue: str = "turns") -> None: ...  # queue: a scheduled job's turn
-
-    def enqueue_compaction(self, session_id: str, force: bool = False) -> None: ...
-
-    def enqueue_subagent(self, run_id: str) -> None: ...
-
-    def enqueue_job(self, job_id: str, due_at: float | None) -> None: ...  # fire a scheduled job now (run now)
-
-    def enqueue_delivery(self, channel: str, chat_id: str, countdown: float = 0) -> None: ...  # outbox lane
-
-    def enqueue_channel_event(self, event_id: int) -> None: ...  # a recorded platform event
+__all__ = ["Runtime", "TaskQueue", "connect_redis", "open_parts"]
 
 
 def connect_redis(url: str) -> redis.Redis:
@@ -56,10 +38,11 @@ class Runtime:
     db: Database
     redis: redis.Redis
     queue: TaskQueue
+    plugins: PluginHost
     worker_name: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     _providers: dict[str, Provider] = field(default_factory=dict)
     _tools: ToolRegistry | None = None
-    _mcp: McpManager | None = None  # MCP servers of this process, started with the tools
+    _commands: dict | None = None
     _publisher: EventPublisher | None = None
     _supervisor: TurnSupervisor | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -107,114 +90,48 @@ class Runtime:
             return self._providers[key]
 
     def tools(self) -> ToolRegistry:
+        """The tools of this process: the built-ins, then every plugin's (built-in capabilities too)."""
         with self._lock:
             if self._tools is None:
                 from picobot.tools import build_registry
 
-                from picobot.mcp import start_mcp
+                extra = self.plugins.tools(self.config, self)
+                self._tools = build_registry(disabled=self.config.tools.disabled, extra=extra)
+                started = self._tools
+            else:
+                return self._tools
+        # outside the lock: a plugin starting background parts (MCP clients) may call back in
+        self.plugins.call("picobot_started", ports=self, registry=started)
+        return started
 
-                self._tools = build_registry(disabled=self.config.tools.disabled, extra=self._extra_tools())
-                # connects in the background; each server's tools join the registry when it is up
-                self._mcp = start_mcp(self.config, self._tools)
-            return self._tools
-
-    def mcp_statuses(self) -> list[dict[str, Any]]:
-        """State of each MCP server in this process (empty until the tools were built)."""
+    def commands(self) -> dict:
+        """Slash commands the plugins add (name without "/" -> picobot.plugins.Command), built once."""
         with self._lock:
-            mcp = self._mcp
-        return mcp.statuses() if mcp is not None else []
+            if self._commands is None:
+                self._commands = self.plugins.commands(self.config, self)
+            return self._commands
 
-    def _extra_tools(self) -> list[Tool]:
-        return self._skill_tools() + self._memory_tools() + self._subagent_tools() + self._scheduler_tools()
-
-    def _scheduler_tools(self) -> list[Tool]:
-        if not self.config.scheduler.enabled:
-            return []
-        from picobot.tools.scheduler import SchedulerTool
-
-        return [SchedulerTool(self)]
-
-    def _subagent_tools(self) -> list[Tool]:
-        if not self.config.subagents.enabled:
-            return []
-        from picobot.subagents.tool import TaskTool
-
-        return [TaskTool(self)]
-
-    def _skill_tools(self) -> list[Tool]:
-        if self.skills is None:
-            return []
-        from picobot.skills.events import SkillEvents
-        from picobot.tools.skills import skill_tools
-
-        return skill_tools(self.skills, SkillEvents(self.db))
-
-    def _memory_tools(self) -> list[Tool]:
-        if self.memory is None or self.knowledge is None:
-            return []
-        from picobot.tools.knowledge import knowledge_tools
-        from picobot.tools.memory import memory_tools
-
-        return memory_tools(self.memory) + knowledge_tools(self.knowledge)
-
-    @cached_property
-    def channels(self) -> "ChannelRegistry":
-        """The adapters of the configured channels, built lazily."""
-        from picobot.channels.registry import ChannelRegistry
-
-        return ChannelRegistry(self)
-
-    @cached_property
-    def memory(self) -> "MemoryStore | None":
-        """The long-term memory store; None when `memory.enabled` is false."""
-        if not self.config.memory.enabled:
-            return None
-        from picobot.memory import MemoryStore
-
-        return MemoryStore(self.db, self.config.memory.max_content_chars)
-
-    @cached_property
-    def knowledge(self) -> "KnowledgeBase | None":
-        """The knowledge documents of the workspace (written there) and the home; None when memory is off."""
-        if not self.config.memory.enabled:
-            return None
-        from picobot.memory.knowledge import KnowledgeBase
-
-        workspace = self.config.workspace_path() / "knowledge"
-        return KnowledgeBase([("workspace", workspace), ("home", self.config.home / "knowledge")], workspace)
-
-    @cached_property
-    def skills(self) -> "SkillCatalog | None":
-        """The skill catalog of this home and workspace; None when `skills.enabled` is false."""
-        if not self.config.skills.enabled:
-            return None
-        from picobot.skills import SkillCatalog, SkillPaths
-
-        return SkillCatalog(SkillPaths.from_config(self.config), self.config.skills)
-
-    def skill_index(self) -> str:
-        """The skill index for a turn's prompt; "" when skills are off or skill_activate is disabled."""
-        if self.skills is None or "skill_activate" not in self.tools():
-            return ""
-        return self.skills.index_text()
+    def prompt_index(self) -> str:
+        """What plugins add to every model call's runtime note (the skill index); "" when none."""
+        parts = self.plugins.call("picobot_prompt_index", ports=self, registry=self.tools())
+        return "\n\n".join(p for p in parts if isinstance(p, str) and p)
 
     def close(self) -> None:
         """Stop the runtime's threads and connections (for a runtime built in process, e.g. tests)."""
         with self._lock:
             supervisor, self._supervisor = self._supervisor, None
-            mcp, self._mcp = self._mcp, None
         if supervisor is not None:
             supervisor.close()
-        if mcp is not None:
-            mcp.close()
+        self.plugins.close()
         self.db.dispose()
         self.redis.close()  # the client owns its pool (from_url): this closes its connections
 
 
-def build_runtime(config: Config, queue: TaskQueue, migrate: bool = False) -> Runtime:
+def open_parts(config: Config, migrate: bool = False) -> tuple[Database, redis.Redis]:
+    """The database (migrated when asked) and the Redis client of a process."""
     from picobot.runtime.redis_url import resolve_redis_url
 
     db = Database(config.database_url)
     if migrate:
         db.migrate()
-    return Runtime(config=config, db=db, redis=connect_redis(resolve_redis_url(config)), queue=queue)
+    return db, connect_redis(resolve_redis_url(config))

@@ -11,14 +11,13 @@ from __future__ import annotations
 import logging
 import time
 
-from picobot.channels import outbound
 from picobot.runtime import keys
 from picobot.runtime.attempts import give_back
 from picobot.runtime.heartbeat import worker_turns
 from picobot.runtime.lease import Lease, is_held
 from picobot.runtime.services import Runtime
+from picobot.runtime.session_messages import run_after
 from picobot.storage import inbound, turns
-from picobot.subagents.recovery import recover_runs
 
 log = logging.getLogger("picobot.sweeper")
 
@@ -28,8 +27,9 @@ GRACE_SECS = 2.5  # a live worker re-takes a lost lease within ~1 s and re-beats
 
 def sweep(rt: Runtime) -> dict[str, int]:
     rt.redis.set(keys.SWEEP_LAST, repr(time.time()), ex=3600)
-    recover_runs(rt)  # sub-agent runs of dead workers; a background one's report is input for the check below
-    _recover_channels(rt)
+    # the plugins' lost work first (sub-agent runs of dead workers, whose background reports are
+    # input for the check below; deliveries and channel events whose task was lost)
+    rt.plugins.call("picobot_sweep", ports=rt)
     with rt.db.read() as s:
         candidates = [sid for sid in inbound.sessions_with_work(s.connection()) if not is_held(rt.redis, sid)]
         stale = [t.session_id for t in turns.running(s) if not is_held(rt.redis, t.session_id)]
@@ -55,17 +55,6 @@ def sweep(rt: Runtime) -> dict[str, int]:
     return {"woken": woken, "interrupted": interrupted}
 
 
-def _recover_channels(rt: Runtime) -> None:
-    """Outbox lanes with due rows and no lock holder, and channel events whose task was lost."""
-    from picobot.channels import delivery, events
-
-    try:
-        delivery.recover(rt)
-        events.recover(rt)
-    except Exception:  # never let the channels stop the sessions' recovery below
-        log.exception("sweeper: recovering channel deliveries/events failed")
-
-
 def _still_running(rt: Runtime, worker: str, turn_id: str, started_at: float) -> bool:
     """The turn's worker is alive and says it runs the turn (or started it after its last beat)."""
     beat = worker_turns(rt.redis, worker)
@@ -86,8 +75,10 @@ def _interrupt_dead_turns(rt: Runtime, session_id: str) -> int:
             if not turns.interrupt(conn, turn_id, DEAD_WORKER):
                 continue  # it finished meanwhile
             count += 1
-            ended = give_back(conn, session_id, turn_id, rt.config.gateway.max_turn_attempts, DEAD_WORKER, rt=rt)
+            after: list = []
+            ended = give_back(conn, session_id, turn_id, rt.config.gateway.max_turn_attempts, DEAD_WORKER,
+                              ports=rt, after=after)
         if ended:
             rt.publisher.publish(ended)
-            outbound.wake_session(rt, session_id)
+        run_after(after)
     return count

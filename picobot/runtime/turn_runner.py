@@ -9,22 +9,22 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from picobot.agent.context import agent_prompt, needs_agent_prompt, runtime_note
 from picobot.agent.loop import AgentLoop, LoopResult, LoopSettings
 from picobot.agent.snapshot import TurnController
-from picobot.channels import outbound
 from picobot.config.workspace import chat_workspace
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import MARKER_TURN_ERROR, MARKER_TURN_STOPPED, ChatMessage, Usage, text_of
+from picobot.domain.scope import scope_key_for
 from picobot.errors import ConfigError, ToolError
-from picobot.memory import compaction, compactor
+from picobot.plugins.types import InputMessage, StageContext, TurnView
 from picobot.runtime import attempts
 from picobot.runtime.lease import Lease
 from picobot.runtime.services import Runtime
-from picobot.runtime.session_messages import SessionMessenger
+from picobot.runtime.session_messages import SessionMessenger, run_after
 from picobot.storage import inbound, messages, sessions, turns
 from picobot.storage.models import INBOUND_DONE, TURN_CANCELLED, TURN_COMPLETED, TURN_FAILED
 from picobot.tools.base import ToolContext
@@ -144,16 +144,38 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
         event = _abandon(rt, session_id, claimed.turn_id, "the turn lost its session lease")
         if event is not None and event["status"] == "failed":  # that was its last attempt
             rt.publisher.finish(turn_key, event)
-            _job_runs_ended(rt, claimed, "failed", event.get("error"))
+            _turn_finished(rt, _view(session_id, claimed, LoopResult([], Usage(), status="failed",
+                                                                     error=event.get("error")), committed=False))
             return False
         committed = False
     else:
         committed = _commit(rt, claimed, session_id, result)
     _finish(rt, session_id, claimed, controller, turn_key, result, committed)
-    if committed:
-        _job_runs_ended(rt, claimed, result.status, result.error)  # after the answer is out: the cheap estimate, maybe a background compaction
-        compactor.schedule_if_needed(rt, session_id, claimed.agent, claimed.history + result.messages)
+    if committed:  # after the answer is out: job-run bookkeeping, the cheap estimate, maybe a compaction
+        _turn_finished(rt, _view(session_id, claimed, result))
     return committed
+
+
+def _stage(session_id: str, claimed: "_Claimed") -> StageContext:
+    return StageContext(session_id=session_id, channel=claimed.channel, chat_id=claimed.chat_id,
+                        sender_id=claimed.rows[0].sender_id, turn_id=claimed.turn_id, agent=claimed.agent)
+
+
+def _view(session_id: str, claimed: "_Claimed", result: LoopResult, committed: bool = True) -> TurnView:
+    return TurnView(
+        session_id=session_id, turn_id=claimed.turn_id, channel=claimed.channel, chat_id=claimed.chat_id,
+        sender_id=claimed.rows[0].sender_id, agent=claimed.agent, status=result.status,
+        final_text=result.final_text, error=result.error, partial_text=result.partial_text,
+        input_ids=tuple(r.platform_message_id for r in claimed.rows if r.platform_message_id),
+        messages=tuple(result.messages), history=tuple(claimed.history), committed=committed)
+
+
+def _turn_finished(rt: Runtime, turn: TurnView) -> None:
+    """Tell the plugins (the scheduler records its job run, memory may compact); then `after_output`."""
+    rt.plugins.call("picobot_turn_finished", turn=turn, ports=rt)
+    if turn.committed:
+        ctx = StageContext(turn.session_id, turn.channel, turn.chat_id, turn.sender_id, turn.turn_id, turn.agent)
+        rt.plugins.after_output(ctx, turn)
 
 
 def _finish(rt: Runtime, session_id: str, claimed: "_Claimed", controller: TurnController, turn_key: str,
@@ -171,19 +193,6 @@ def _finish(rt: Runtime, session_id: str, claimed: "_Claimed", controller: TurnC
     }, last_snapshot=controller.snapshot())
 
 
-def _job_runs_ended(rt: Runtime, claimed: "_Claimed", status: str, error: str | None) -> None:
-    """A scheduled job's input (always the first of its turn: mode queue) ended: record its run's outcome."""
-    pmids = [r.platform_message_id for r in claimed.rows if (r.platform_message_id or "").startswith("job:")]
-    if not pmids:
-        return
-    from picobot.scheduler.fire import on_turn_finished
-
-    try:
-        on_turn_finished(rt, pmids, claimed.turn_id, status, error)
-    except Exception:  # the scheduler's sync settles the run from the input's turn later
-        log.exception("turn %s: recording its scheduled job run failed", claimed.turn_id)
-
-
 def _abandon(rt: Runtime, session_id: str, turn_id: str, why: str) -> dict[str, Any] | None:
     """Store nothing of the turn; its input goes back to the queue, or ends failed after its last attempt.
 
@@ -193,9 +202,10 @@ def _abandon(rt: Runtime, session_id: str, turn_id: str, why: str) -> dict[str, 
     with rt.db.begin() as conn:
         if not turns.interrupt(conn, turn_id, why):
             return None  # finished or declared dead already
-        ended = attempts.give_back(conn, session_id, turn_id, rt.config.gateway.max_turn_attempts, why, rt=rt)
-    if ended:
-        outbound.wake_session(rt, session_id)
+        after: list = []
+        ended = attempts.give_back(conn, session_id, turn_id, rt.config.gateway.max_turn_attempts, why,
+                                   ports=rt, after=after)
+    run_after(after)
     return ended or _interrupted(session_id, turn_id)
 
 
@@ -220,6 +230,12 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
     for row in claimed.rows:
         new.append(ChatMessage(role="user", content=row.content))
         controller.user(row.seq, row.content)
+    stage = _stage(session_id, claimed)
+    text = "\n".join(text_of(r.content) for r in claimed.rows)
+    answer = rt.plugins.on_input(stage, InputMessage(text=text, content=claimed.rows[0].content,
+                                                     seq=claimed.rows[0].seq))
+    if answer is not None:  # a plugin answered: no model call
+        return _answered(new, controller, rt.plugins.before_output(stage, answer))
     try:
         resolved = cfg.agent(claimed.agent)
         provider = rt.provider(resolved.provider_key)
@@ -245,67 +261,64 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
         timezone=cfg.time.timezone, send_message=SessionMessenger(rt, session_id, claimed.channel, claimed.chat_id),
         settings=cfg.tools.model_dump(), secrets=rt.secrets, inbound_seq=claimed.rows[0].seq,
     )
-    note = runtime_note(cfg.time.timezone, claimed.channel, workspace, rt.skill_index())
-    recalled = _recalled(rt, claimed)  # sent right before this turn's new messages, never stored
-    history = [note] + _restored(rt, claimed) + claimed.history + recalled
+    note = runtime_note(cfg.time.timezone, claimed.channel, workspace, rt.prompt_index())
+    # plugins' notes (recalled memories) go right before this turn's new messages, never stored
+    recalled = _notes(rt.plugins.call("picobot_turn_notes", ctx=stage, turn_input=text, ports=rt))
+    prefix = _notes(rt.plugins.call("picobot_history_prefix", ctx=stage, history=claimed.history,
+                                    compacted=claimed.compacted, ports=rt))
+    history = [note] + prefix + claimed.history + recalled
 
     def steer() -> list[ChatMessage]:
         return _drain_steer(rt, session_id, claimed.turn_id, controller)
 
     def on_overflow(error: str) -> list[ChatMessage] | None:
-        compacted = _compact_now(rt, session_id, claimed, error, cancel)
+        compacted = _compact_now(rt, stage, claimed, error, cancel)
         return None if compacted is None else [note] + compacted + recalled
 
-    return AgentLoop(provider, rt.tools(), settings).run(history, new, ctx, controller, steer, on_overflow)
+    result = AgentLoop(provider, rt.tools(), settings, hooks=rt.plugins).run(history, new, ctx, controller, steer,
+                                                                               on_overflow)
+    if result.status == "completed":
+        _replace_answer(result, rt.plugins.before_output(stage, result.final_text))
+    return result
 
 
-def _restored(rt: Runtime, claimed: _Claimed) -> list[ChatMessage]:
-    """`[Previous Context]` for a compacted session whose active history lacks its summary."""
-    if not claimed.compacted or compaction.has_summary(claimed.history):
-        return []
-    restored = compactor.previous_context(rt, claimed.channel, claimed.rows[0].sender_id)
-    return [restored] if restored is not None else []
+def _notes(found: list) -> list[ChatMessage]:
+    """The ChatMessages among what plugins returned (each returns a list, or nothing)."""
+    return [m for group in found if isinstance(group, list) for m in group if isinstance(m, ChatMessage)]
 
 
-def _compact_now(rt: Runtime, session_id: str, claimed: _Claimed, error: str,
+def _answered(new: list[ChatMessage], controller: TurnController, answer: str) -> LoopResult:
+    """The turn a plugin's `on_input` answered: its input and that answer, as a model's would be stored."""
+    controller.text(answer)
+    return LoopResult(messages=new + [ChatMessage(role="assistant", content=answer)], usage=Usage())
+
+
+def _replace_answer(result: LoopResult, text: str) -> None:
+    """`before_output` changed the final answer: the stored (and delivered) answer is the new text."""
+    for i in range(len(result.messages) - 1, -1, -1):
+        m = result.messages[i]
+        if m.role == "assistant" and not m.tool_calls:
+            if text_of(m.content) != text:
+                result.messages[i] = replace(m, content=text)
+            return
+
+
+def _compact_now(rt: Runtime, stage: StageContext, claimed: _Claimed, error: str,
                  cancel: CancelToken) -> list[ChatMessage] | None:
-    """The model said the turn does not fit: compact in this thread against its limit, then reload.
-
-    The turn's own input counts as one of the user turns kept whole, so one fewer stored one is kept.
-    """
-    outcome = compactor.compact_session(rt, session_id, force=True, limit_tokens=compaction.context_limit(error),
-                                        keep=compaction.KEEP_USER_TURNS - 1, cancel=cancel)
-    if outcome.status not in ("compacted", "lost"):  # lost: another compaction won; its result is stored
+    """The model said the turn does not fit: a plugin (memory) compacts the stored history now."""
+    stored = rt.plugins.first("picobot_context_overflow", ctx=stage, error=error, ports=rt, cancel=cancel)
+    if not isinstance(stored, list):
         return None
-    stored = compactor.active_history(rt, session_id)
-    claimed.history = [m for m in stored if m.marker not in HIDDEN_FROM_MODEL]
+    claimed.history = [m for m in stored if isinstance(m, ChatMessage) and m.marker not in HIDDEN_FROM_MODEL]
     return claimed.history
 
 
 def _scope_of(claimed: _Claimed) -> str | None:
     """The sender's memory scope (whose section of AGENT.md's memory block the prompt keeps), if any."""
-    from picobot.memory import scope_key_for
-
     try:
         return scope_key_for(claimed.channel, claimed.rows[0].sender_id)
     except ToolError:
         return None
-
-
-def _recalled(rt: Runtime, claimed: _Claimed) -> list[ChatMessage]:
-    """The user's knowledge memories matching this turn's text, as a runtime note (0 or 1 message)."""
-    if rt.memory is None:
-        return []
-    from picobot.memory import scope_key_for
-    from picobot.memory.recall import recall_note
-
-    try:
-        scope = scope_key_for(claimed.channel, claimed.rows[0].sender_id)
-    except ToolError:  # no sender to remember anything for
-        return []
-    text = "\n".join(text_of(r.content) for r in claimed.rows)
-    note = recall_note(rt.memory, scope, text, rt.config.memory.recall_limit)
-    return [note] if note is not None else []
 
 
 def _drain_steer(rt: Runtime, session_id: str, turn_id: str, controller: TurnController) -> list[ChatMessage]:
@@ -339,12 +352,10 @@ def _commit(rt: Runtime, claimed: _Claimed, session_id: str, result: LoopResult)
         first = sessions.record_turn(conn, session_id, len(to_store), result.usage, result.last_input_tokens,
                                      user_turns)
         messages.insert_at(conn, session_id, first, claimed.turn_id, to_store)
-        # an external chat's answer goes into the outbox in this same transaction (channels/outbound.py)
-        delivered = outbound.record_turn(
-            conn, rt, claimed.channel, claimed.chat_id, session_id, claimed.turn_id, result.status,
-            result.partial_text if result.status == "cancelled" else result.final_text, result.error)
+        # an external chat's answer goes into the outbox in this same transaction (the channels plugin)
+        after = rt.plugins.call("picobot_turn_committed", conn=conn, turn=_view(session_id, claimed, result),
+                                ports=rt)
         inbound.finish(conn, claimed.turn_id, INBOUND_DONE)
     rt.history.extend(session_id, first, to_store)
-    if delivered:
-        outbound.wake(rt, claimed.channel, claimed.chat_id)
+    run_after(after)
     return True

@@ -17,7 +17,7 @@ from sqlalchemy import exists, select, update
 from picobot.storage.models import INBOUND_CLAIMED, INBOUND_PENDING, TURN_RUNNING, InboundRow, SessionRow, TurnRow
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import Ports
 
 log = logging.getLogger("picobot.scheduler")
 
@@ -25,7 +25,7 @@ _s, _t, _i = SessionRow.__table__, TurnRow.__table__, InboundRow.__table__
 BATCH = 500
 
 
-def cleanup_sessions(rt: "Runtime", now: float | None = None) -> int:
+def cleanup_sessions(rt: "Ports", now: float | None = None) -> int:
     """Archive the idle dialogs; returns how many."""
     ttl = rt.config.gateway.session_ttl_secs
     if not ttl:

@@ -25,7 +25,7 @@ from picobot.storage import jobs as store
 
 if TYPE_CHECKING:
     from picobot.config.schema import Config
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import Ports
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def wanted_jobs(config: "Config") -> tuple[list[Job], dict[str, str]]:
     return out, errors
 
 
-def upsert_config_jobs(rt: "Runtime", now: float | None = None) -> dict[str, int]:
+def upsert_config_jobs(rt: "Ports", now: float | None = None) -> dict[str, int]:
     """Bring SQL's config and builtin jobs in line with the config; returns counts."""
     now = time.time() if now is None else now
     jobs, errors = wanted_jobs(rt.config)

@@ -21,13 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select, update
 
+from picobot.coord import keys
+
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import Ports
 
 log = logging.getLogger("picobot.scheduler")
 
 INPUT_PREFIX = "job:"
-RUN_KEY = "picobot:scheduler:run:"  # + run id -> the worker running a non-agent run (liveness)
+RUN_KEY = keys.SCHEDULER_RUN_PREFIX  # + run id -> the worker running a non-agent run (liveness)
 
 
 def job_view(row: dict[str, Any] | None) -> Any:
@@ -50,7 +52,7 @@ def parse_input_id(pmid: str | None) -> tuple[str, float] | None:
         return None
 
 
-def fire(rt: "Runtime", job_id: str, due_at: float | None, manual: bool = False) -> str:
+def fire(rt: "Ports", job_id: str, due_at: float | None, manual: bool = False) -> str:
     """Run the job's due time `due_at` once (None: now, as a manual run); returns the outcome."""
     from picobot.scheduler import sync
     from picobot.scheduler.schedules import next_due
@@ -85,7 +87,7 @@ def fire(rt: "Runtime", job_id: str, due_at: float | None, manual: bool = False)
     return _run(rt, job, run_id, due_at)
 
 
-def _run(rt: "Runtime", job, run_id: int, due_at: float) -> str:  # type: ignore[no-untyped-def]
+def _run(rt: "Ports", job, run_id: int, due_at: float) -> str:  # type: ignore[no-untyped-def]
     from picobot.scheduler import kinds
     from picobot.storage import jobs as store
 
@@ -106,7 +108,7 @@ def _run(rt: "Runtime", job, run_id: int, due_at: float) -> str:  # type: ignore
     return outcome
 
 
-def on_turn_finished(rt: "Runtime", pmids: list[str], turn_id: str, status: str, error: str | None) -> None:
+def on_turn_finished(rt: "Ports", pmids: list[str], turn_id: str, status: str, error: str | None) -> None:
     """A turn that answered job input ended: record ok/failed on those runs (silent: one notice on failure)."""
     from picobot.scheduler import kinds
     from picobot.storage import jobs as store

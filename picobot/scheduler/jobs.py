@@ -18,11 +18,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from picobot.config.schema import Config, JobConfig
+from picobot.domain.scope import SOCKET_CHANNELS
 from picobot.errors import ToolError
 from picobot.scheduler.schedules import next_due, parse_at, parse_cron, zone
 
 ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-BUILTIN_CHANNELS = ("web", "cli_chat", "scheduler")
+BUILTIN_CHANNELS = (*sorted(SOCKET_CHANNELS), "scheduler")
 INTERNAL_EVENTS = ("memory_maintenance", "session_cleanup")
 MAX_PAYLOAD_BYTES = 32 * 1024
 MAX_JOB_BYTES = 2 * MAX_PAYLOAD_BYTES

@@ -17,18 +17,19 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from picobot.domain.messages import ChatMessage
+from picobot.domain.scope import SOCKET_CHANNELS
 from picobot.storage import inbound, messages, sessions
 from picobot.storage.models import MODE_QUEUE
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import Ports as Runtime
 
 log = logging.getLogger("picobot.scheduler")
 
 MARKER_SYSTEM_PROMPT = "scheduled_system_prompt"
 MARKER_JOB_MESSAGE = "scheduled_message"
 SILENT_CHANNEL = "scheduler"
-LOCAL_CHANNELS = ("web", "cli_chat", SILENT_CHANNEL)  # delivered over pub/sub + a stored message
+LOCAL_CHANNELS = (*sorted(SOCKET_CHANNELS), SILENT_CHANNEL)  # delivered over pub/sub + a stored message
 
 
 def run(rt: "Runtime", job: Any, due_at: float) -> tuple[str, str | None, str | None]:
@@ -47,15 +48,14 @@ def run(rt: "Runtime", job: Any, due_at: float) -> tuple[str, str | None, str | 
 
 def _internal(rt: "Runtime", job: Any) -> tuple[str, str | None, str | None]:
     event = job.payload.get("event")
-    if event == "memory_maintenance":
-        from picobot.memory.maintenance import run_maintenance
-
-        run_maintenance(rt)
-        return "ok", None, None
     if event == "session_cleanup":
         from picobot.scheduler.cleanup import cleanup_sessions
 
         cleanup_sessions(rt)
+        return "ok", None, None
+    # memory_maintenance and any event a plugin handles (the memory capability runs that one)
+    if isinstance(event, str) and rt.plugins.first("picobot_internal_event", name=event,
+                                                   payload=dict(job.payload), ports=rt):
         return "ok", None, None
     return "failed", f"payload.event {event!r} is not memory_maintenance or session_cleanup", None
 
@@ -69,9 +69,9 @@ def _agent_input(rt: "Runtime", job: Any, due_at: float, silent: bool) -> str:
         channel, chat_id = SILENT_CHANNEL, str(target.get("session_chat_id") or job.id)
     else:
         channel, chat_id = str(target.get("channel")), str(target.get("chat_id"))
-    from picobot.channels.access import agent_for
+    from picobot.config.access import agent_for
 
-    agent = str(payload.get("agent") or agent_for(rt, channel))
+    agent = str(payload.get("agent") or agent_for(rt.config, channel))
     if payload.get("fresh_session"):
         with rt.db.write() as s:
             sessions.create(s, channel, chat_id, title=f"job {job.id}", agent=agent)
@@ -106,9 +106,9 @@ def deliver(rt: "Runtime", target: dict[str, Any], text: str, marker: str = MARK
                 ChatMessage(role="assistant", content=text, marker=marker)])
         rt.publisher.publish({"type": "message", "session_id": session_id, "text": text, "from_session": None})
         return
-    from picobot.channels import outbound
+    from picobot.runtime.session_messages import send_to_chat
 
-    outbound.record_message(rt, channel, chat_id, text, kind=kind, key=key)
+    send_to_chat(rt, channel, chat_id, text, kind=kind, key=key)
 
 
 def notify_failure(rt: "Runtime", job: Any, error: str, due_at: float | None = None) -> None:

@@ -19,7 +19,7 @@ from picobot.scheduler.schedules import describe, next_due
 from picobot.storage import jobs as store
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import Ports
 
 PUBLIC_KEYS = ("id", "kind", "schedule", "target", "payload", "timezone", "state", "source", "schedule_text",
                "next_due_at", "last_due_at", "last_outcome", "owner_scope", "created_at", "updated_at", "version")
@@ -63,7 +63,7 @@ class Actor:
 
 
 class JobService:
-    def __init__(self, rt: "Runtime"):
+    def __init__(self, rt: "Ports"):
         self.rt = rt
 
     # --- reading ---------------------------------------------------------------

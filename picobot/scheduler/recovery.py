@@ -22,7 +22,7 @@ from picobot.runtime.heartbeat import worker_turns
 from picobot.storage.models import INBOUND_CLAIMED, INBOUND_DONE, INBOUND_PENDING, InboundRow, TurnRow
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import Ports
 
 log = logging.getLogger("picobot.scheduler")
 
@@ -33,7 +33,7 @@ NO_INPUT = "the worker stopped before the job's input was stored"
 _i, _t = InboundRow.__table__, TurnRow.__table__
 
 
-def settle_stale_runs(rt: "Runtime", now: float | None = None) -> int:
+def settle_stale_runs(rt: "Ports", now: float | None = None) -> int:
     from picobot.scheduler.fire import RUN_KEY, end_run, input_id, on_turn_finished
     from picobot.storage import jobs as store
 

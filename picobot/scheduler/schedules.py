@@ -10,8 +10,9 @@ twice (fall-back) runs once, at its first occurrence (fold=0).
 
 Cron follows cron(5): lists, ranges, steps (`a/n` means `a-max/n`), month and day names, 0 and 7
 for Sunday, and when both day-of-month and day-of-week are restricted (neither starts with `*`)
-a day matching EITHER runs. The search skips by field (months, then days, then hours and minutes),
-never scanning minute by minute.
+a day matching EITHER runs; that grammar is picobot.domain.cron, shared with the config schema.
+The search skips by field (months, then days, then hours and minutes), never scanning minute by
+minute.
 """
 
 from __future__ import annotations
@@ -21,67 +22,9 @@ from datetime import date, datetime, time as dtime, timedelta, timezone
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from picobot.config.schema import check_cron
+from picobot.domain.cron import DAYS as _DAYS, MONTHS as _MONTHS, Cron, parse_cron
 
-_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
-_NAMES = ({}, {}, {}, {m: i for i, m in enumerate(_MONTHS, 1)}, {d: i for i, d in enumerate(_DAYS)})
-_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
 _SEARCH_DAYS = 366 * 30  # a cron that matches no day in 30 years never runs
-
-
-class Cron:
-    """A parsed 5-field cron expression."""
-
-    __slots__ = ("expression", "minutes", "hours", "days", "months", "weekdays", "dom_star", "dow_star")
-
-    def __init__(self, expression: str):
-        self.expression = check_cron(expression)
-        fields = self.expression.split()
-        sets = [_parse_field(text, i) for i, text in enumerate(fields)]
-        self.minutes, self.hours = sorted(sets[0]), sorted(sets[1])
-        self.days, self.months = frozenset(sets[2]), frozenset(sets[3])
-        self.weekdays = frozenset(d % 7 for d in sets[4])  # 7 is Sunday too
-        self.dom_star, self.dow_star = fields[2].startswith("*"), fields[4].startswith("*")
-
-    def day_matches(self, d: date) -> bool:
-        dom = d.day in self.days
-        dow = (d.weekday() + 1) % 7 in self.weekdays
-        if self.dom_star and self.dow_star:
-            return True
-        if self.dom_star:
-            return dow
-        if self.dow_star:
-            return dom
-        return dom or dow
-
-
-def _value(part: str, i: int) -> int:
-    return int(part) if part.isdigit() else _NAMES[i][part.lower()]
-
-
-def _parse_field(text: str, i: int) -> set[int]:
-    low, high = _RANGES[i]
-    out: set[int] = set()
-    for item in text.split(","):
-        base, _, step_text = item.partition("/")
-        step = int(step_text) if step_text else 1
-        if base == "*":
-            start, end = low, high
-        else:
-            a, dash, b = base.partition("-")
-            start = _value(a, i)
-            end = _value(b, i) if dash else (high if step_text else start)
-            if start > end:
-                raise ValueError(f"range {base!r} runs backwards")
-        out.update(range(start, end + 1, step))
-    return out
-
-
-@lru_cache(maxsize=4096)
-def parse_cron(expression: str) -> Cron:
-    """A parsed cron expression (cached); ValueError when it is not valid."""
-    return Cron(expression)
 
 
 @lru_cache(maxsize=256)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from picobot.scheduler import redbeat_entries as entries
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import Ports
 
 log = logging.getLogger("picobot.scheduler")
 
@@ -34,7 +34,7 @@ MAX_SCAN = 100_000  # due times enumerated for one overdue job at most (a 1 s in
 IN_FLIGHT_SECS = 10.0  # an entry beat sent (-1) this recently is left to its fire task
 
 
-def push_job(rt: "Runtime", job_id: str) -> None:
+def push_job(rt: "Ports", job_id: str) -> None:
     """Write the job's entry for its next due time, or remove it (paused, completed, deleted, disabled)."""
     from picobot.storage import jobs as store
 
@@ -51,13 +51,13 @@ def push_job(rt: "Runtime", job_id: str) -> None:
         pipe.execute()
 
 
-def remove_job(rt: "Runtime", job_id: str) -> None:
+def remove_job(rt: "Ports", job_id: str) -> None:
     with rt.redis.pipeline() as pipe:
         entries.delete(pipe, job_id)
         pipe.execute()
 
 
-def _wake_at(rt: "Runtime", job: Any) -> float | None:
+def _wake_at(rt: "Ports", job: Any) -> float | None:
     if job is None or not rt.config.scheduler.enabled or job.state != "active" or job.next_due_at is None:
         return None
     return float(job.next_due_at)
@@ -94,7 +94,7 @@ def overdue_plan(job: Any, tz: str, now: float, policy: str, grace: float) -> Pl
     return plan
 
 
-def rebuild(rt: "Runtime") -> dict[str, int]:
+def rebuild(rt: "Ports") -> dict[str, int]:
     """Make the job entries exactly match SQL; handle overdue jobs; settle runs of dead workers."""
     from picobot.scheduler.config_jobs import upsert_config_jobs
     from picobot.scheduler.fire import job_view
@@ -138,7 +138,7 @@ def rebuild(rt: "Runtime") -> dict[str, int]:
     return stats
 
 
-def _misfire(rt: "Runtime", job: Any, now: float, default_tz: str, stats: dict[str, int]) -> float | None:
+def _misfire(rt: "Ports", job: Any, now: float, default_tz: str, stats: dict[str, int]) -> float | None:
     """Record the missed due times of an overdue job and return the due time its entry should wake at."""
     from picobot.storage import jobs as store
 

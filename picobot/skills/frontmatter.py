@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from picobot.domain.frontmatter import FrontmatterError, split as split_frontmatter
 from picobot.errors import SkillError
 
 MAX_SKILL_BYTES = 64 * 1024  # a longer SKILL.md is cut here (with a warning): it is prompt text
@@ -15,8 +16,6 @@ MAX_FRONTMATTER_CHARS = 8 * 1024
 MAX_DESCRIPTION_CHARS = 1024
 # Letters, digits, `.`, `_`, `-`; no separators, no `..`: a name is always one folder name.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_CLOSE = re.compile(r"^---[ \t]*$", re.MULTILINE)
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -41,31 +40,12 @@ def check_name(name: Any) -> str:
 
 def parse(text: str) -> SkillDoc:
     """The frontmatter and body of a SKILL.md; SkillError says what is wrong with it."""
-    text = text.removeprefix("\ufeff")
-    if not text.startswith("---"):
-        raise SkillError("it does not start with a '---' frontmatter block holding 'description: ...'")
-    first_nl = text.find("\n")
-    close = _CLOSE.search(text, first_nl + 1) if first_nl >= 0 else None
-    if close is None or text[3:first_nl].strip():
-        raise SkillError("its frontmatter is not closed by a line holding only '---'")
-    block = text[first_nl + 1:close.start()]
-    if len(block) > MAX_FRONTMATTER_CHARS:
-        raise SkillError(f"its frontmatter is over {MAX_FRONTMATTER_CHARS} characters")
-    meta = _load_yaml(block)
-    body = text[close.end():].lstrip("\r\n")
-    return SkillDoc(_name_of(meta), _description_of(meta), body)
-
-
-def _load_yaml(block: str) -> dict[str, Any]:
     try:
-        meta = yaml.load(block, Loader=_Loader)  # noqa: S506 - a safe loader
-    except (yaml.YAMLError, RecursionError, ValueError) as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" (line {where.line + 2})" if where is not None else ""
-        raise SkillError(f"its frontmatter is not valid YAML{at}") from None
-    if not isinstance(meta, dict):
-        raise SkillError("its frontmatter is not a mapping of 'key: value' lines")
-    return meta
+        meta, body = split_frontmatter(text, max_chars=MAX_FRONTMATTER_CHARS,
+                                       opening_hint=" holding 'description: ...'")
+    except FrontmatterError as exc:
+        raise SkillError(str(exc)) from None
+    return SkillDoc(_name_of(meta), _description_of(meta), body)
 
 
 def _description_of(meta: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from picobot.config.workspace import inside  # noqa: F401 (re-exported)
 from picobot.errors import SkillError
 
 if TYPE_CHECKING:
@@ -81,10 +82,3 @@ def _resolve(path: Path) -> Path:
         raise SkillError(f"{path} cannot be resolved (a symlink loop?).") from None
 
 
-def inside(path: Path, root: Path) -> bool:
-    """True when the resolved path is root or below it."""
-    try:
-        resolved, base = path.resolve(), root.resolve()
-    except (OSError, RuntimeError):
-        return False
-    return resolved == base or resolved.is_relative_to(base)

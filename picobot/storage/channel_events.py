@@ -7,10 +7,11 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from picobot.storage.models import ChannelEventRow
+from picobot.storage.models import ChannelEventRow, ChannelEventStatus
 from picobot.storage.upsert import InsertIfAbsent
 
-PENDING, DONE, IGNORED, FAILED = "pending", "done", "ignored", "failed"
+PENDING, DONE, IGNORED = ChannelEventStatus.PENDING, ChannelEventStatus.DONE, ChannelEventStatus.IGNORED
+FAILED = ChannelEventStatus.FAILED
 
 _e = ChannelEventRow.__table__
 _ADD = InsertIfAbsent(_e, ["channel", "event_key"])

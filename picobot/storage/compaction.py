@@ -17,6 +17,9 @@ from picobot.domain.messages import MARKER_HISTORY_COMPACTION, ChatMessage
 from picobot.storage import messages, sessions
 from picobot.storage.models import InboundRow, MessageRow, SessionRow
 
+# A dialog is compacted when its history passes this share of the model's context window.
+TRIGGER_FRACTION = 0.5
+
 _s = SessionRow.__table__
 _m = MessageRow.__table__
 _in = InboundRow.__table__

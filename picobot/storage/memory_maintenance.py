@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 
-from picobot.memory.segment import index_text
+from picobot.storage.segment import index_text
 from picobot.storage.models import MemoryMaintenanceStateRow, MemoryRow
 from picobot.storage.upsert import Upsert
 

@@ -2,23 +2,86 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-# Row states
-INBOUND_PENDING = "pending"
-INBOUND_CLAIMED = "claimed"
-INBOUND_DONE = "done"
-INBOUND_CANCELLED = "cancelled"
-INBOUND_FAILED = "failed"
+# Row states. StrEnum members are their str values, so SQL rows and JSON hold the same text as
+# ever and a value read back from SQL (a plain str) compares equal to its member. The UPPER_CASE
+# constants are the older spelling, kept as aliases.
 
-TURN_RUNNING = "running"
-TURN_COMPLETED = "completed"
-TURN_CANCELLED = "cancelled"
-TURN_FAILED = "failed"
-TURN_INTERRUPTED = "interrupted"
+
+class InboundStatus(StrEnum):
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+class TurnStatus(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class OutboxStatus(StrEnum):
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class ChannelEventStatus(StrEnum):
+    PENDING = "pending"
+    DONE = "done"
+    IGNORED = "ignored"
+    FAILED = "failed"
+
+
+class RunStatus(StrEnum):
+    """A sub-agent run's (agent_runs.status)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+
+class JobState(StrEnum):
+    """A scheduled job's (scheduled_jobs.state)."""
+
+    ACTIVE = "active"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+
+
+class JobRunOutcome(StrEnum):
+    """One due time's (job_runs.outcome, scheduled_jobs.last_outcome)."""
+
+    RUNNING = "running"
+    OK = "ok"
+    FAILED = "failed"
+    MISSED = "missed"
+    SKIPPED = "skipped"
+
+
+INBOUND_PENDING = InboundStatus.PENDING
+INBOUND_CLAIMED = InboundStatus.CLAIMED
+INBOUND_DONE = InboundStatus.DONE
+INBOUND_CANCELLED = InboundStatus.CANCELLED
+INBOUND_FAILED = InboundStatus.FAILED
+
+TURN_RUNNING = TurnStatus.RUNNING
+TURN_COMPLETED = TurnStatus.COMPLETED
+TURN_CANCELLED = TurnStatus.CANCELLED
+TURN_FAILED = TurnStatus.FAILED
+TURN_INTERRUPTED = TurnStatus.INTERRUPTED
 
 MODE_STEER = "steer"
 MODE_QUEUE = "queue"
@@ -147,7 +210,7 @@ class OutboxRow(Base):
     kind: Mapped[str] = mapped_column(String(32), default="message")
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
-    status: Mapped[str] = mapped_column(String(16), default="pending")
+    status: Mapped[str] = mapped_column(String(16), default=OutboxStatus.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[float] = mapped_column(Float)
@@ -172,7 +235,7 @@ class ChannelEventRow(Base):
     channel: Mapped[str] = mapped_column(String(64))
     event_key: Mapped[str] = mapped_column(String(256))
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending | done | ignored | failed
+    status: Mapped[str] = mapped_column(String(16), default=ChannelEventStatus.PENDING)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     received_at: Mapped[float] = mapped_column(Float)
@@ -254,12 +317,12 @@ class MemoryRow(Base):
     )
 
 
-RUN_QUEUED = "queued"
-RUN_RUNNING = "running"
-RUN_COMPLETED = "completed"
-RUN_FAILED = "failed"
-RUN_CANCELLED = "cancelled"
-RUN_INTERRUPTED = "interrupted"
+RUN_QUEUED = RunStatus.QUEUED
+RUN_RUNNING = RunStatus.RUNNING
+RUN_COMPLETED = RunStatus.COMPLETED
+RUN_FAILED = RunStatus.FAILED
+RUN_CANCELLED = RunStatus.CANCELLED
+RUN_INTERRUPTED = RunStatus.INTERRUPTED
 RUN_ACTIVE = (RUN_QUEUED, RUN_RUNNING)
 
 
@@ -313,14 +376,14 @@ class MemoryMaintenanceStateRow(Base):
     report: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # counts and conflicts of the last good pass
 
 
-JOB_ACTIVE = "active"
-JOB_PAUSED = "paused"
-JOB_COMPLETED = "completed"
-JOB_RUN_RUNNING = "running"
-JOB_RUN_OK = "ok"
-JOB_RUN_FAILED = "failed"
-JOB_RUN_MISSED = "missed"
-JOB_RUN_SKIPPED = "skipped"
+JOB_ACTIVE = JobState.ACTIVE
+JOB_PAUSED = JobState.PAUSED
+JOB_COMPLETED = JobState.COMPLETED
+JOB_RUN_RUNNING = JobRunOutcome.RUNNING
+JOB_RUN_OK = JobRunOutcome.OK
+JOB_RUN_FAILED = JobRunOutcome.FAILED
+JOB_RUN_MISSED = JobRunOutcome.MISSED
+JOB_RUN_SKIPPED = JobRunOutcome.SKIPPED
 
 
 class ScheduledJobRow(Base):

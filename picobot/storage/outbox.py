@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy import Connection, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from picobot.storage.models import OutboxRow
+from picobot.storage.models import OutboxRow, OutboxStatus
 from picobot.storage.upsert import InsertIfAbsent
 
-PENDING, SENT, FAILED = "pending", "sent", "failed"
+PENDING, SENT, FAILED = OutboxStatus.PENDING, OutboxStatus.SENT, OutboxStatus.FAILED
 
 _o = OutboxRow.__table__
 # A turn run twice (a worker died after committing) records each delivery once: first one wins.

@@ -19,12 +19,12 @@ from picobot.subagents.runner import TASK_TOOL, ChildSpec, Outcome, child_tools,
 from picobot.tools.base import ToolContext
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import AgentPorts
 
 log = logging.getLogger("picobot.subagents")
 
 
-def run_background_run(rt: "Runtime", run_id: str) -> str:
+def run_background_run(rt: "AgentPorts", run_id: str) -> str:
     """Run a queued run to its end; returns its final status ("skipped" if it was not queued)."""
     with rt.db.begin() as conn:
         if not agent_runs.claim(conn, run_id, rt.worker_name):
@@ -49,7 +49,7 @@ def run_background_run(rt: "Runtime", run_id: str) -> str:
     return outcome.status
 
 
-def _execute(rt: "Runtime", run: dict[str, Any]) -> Outcome:
+def _execute(rt: "AgentPorts", run: dict[str, Any]) -> Outcome:
     parent = run["definition"]["run"]
     names = set(parent["tools"])  # as admitted: what the parent had then, narrowed; never more now
     root = rt.tools().get(TASK_TOOL)  # background runs are started by the main agent only (depth 0)
@@ -61,12 +61,12 @@ def _execute(rt: "Runtime", run: dict[str, Any]) -> Outcome:
         spec = ChildSpec(run["id"], parent["system_prompt"], parent["task_text"], float(parent["timeout_secs"]),
                          int(parent["max_iterations"]))
         return run_child(spec, rt.provider(parent["provider"]), tools, LoopSettings(**parent["settings"]),
-                         _context(rt, run, parent), cancel, TurnController(run["session_id"], run["id"]))
+                         _context(rt, run, parent), cancel, TurnController(run["session_id"], run["id"]), rt.plugins)
     finally:
         poller.close()
 
 
-def _context(rt: "Runtime", run: dict[str, Any], parent: dict[str, Any]) -> ToolContext:
+def _context(rt: "AgentPorts", run: dict[str, Any], parent: dict[str, Any]) -> ToolContext:
     workspace = Path(parent["workspace"])
     workspace.mkdir(parents=True, exist_ok=True)
     return ToolContext(
@@ -77,7 +77,7 @@ def _context(rt: "Runtime", run: dict[str, Any], parent: dict[str, Any]) -> Tool
     )
 
 
-def _wake(rt: "Runtime", session_id: str) -> None:
+def _wake(rt: "AgentPorts", session_id: str) -> None:
     try:
         rt.queue.enqueue_turn(session_id)
     except Exception as exc:  # the report is stored: the sweeper starts its turn once Redis is back

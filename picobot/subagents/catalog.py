@@ -13,7 +13,7 @@ import os
 import threading
 from pathlib import Path
 
-from picobot.skills.paths import inside
+from picobot.config.workspace import inside
 from picobot.subagents.definitions import BUILTINS, MAX_FILE_BYTES, Definition, DefinitionError, parse
 
 log = logging.getLogger("picobot.subagents")

@@ -20,14 +20,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
+from picobot.domain.frontmatter import FrontmatterError, split as split_frontmatter
 
 MAX_FILE_BYTES = 64 * 1024
 MAX_DESCRIPTION_CHARS = 300
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 BUILTIN_NAMES = ("general", "explore")
-_CLOSE = re.compile(r"^---[ \t]*$", re.MULTILINE)
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _BASE_PROMPT = (
     "You are a sub-agent: another agent delegated one task to you. Work on it alone with your tools; "
@@ -98,19 +96,10 @@ def parse(text: str, folder_name: str, source: str, path: str) -> Definition:
 
 
 def _split(text: str) -> tuple[dict[str, Any], str]:
-    if not text.startswith("---"):
-        raise DefinitionError("it does not start with a '---' frontmatter block")
-    first_nl = text.find("\n")
-    close = _CLOSE.search(text, first_nl + 1) if first_nl >= 0 else None
-    if close is None or text[3:first_nl].strip():
-        raise DefinitionError("its frontmatter is not closed by a line holding only '---'")
     try:
-        meta = yaml.load(text[first_nl + 1:close.start()], Loader=_Loader)  # noqa: S506 - a safe loader
-    except (yaml.YAMLError, RecursionError, ValueError):
-        raise DefinitionError("its frontmatter is not valid YAML") from None
-    if not isinstance(meta, dict):
-        raise DefinitionError("its frontmatter is not a mapping of 'key: value' lines")
-    return meta, text[close.end():].lstrip("\r\n")
+        return split_frontmatter(text)
+    except FrontmatterError as exc:
+        raise DefinitionError(exc.reason) from None  # the reason only: these messages name no line
 
 
 def _text(meta: dict[str, Any], key: str) -> str:

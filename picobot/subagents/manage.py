@@ -13,13 +13,13 @@ from picobot.subagents.control import cancel_run
 from picobot.tools.base import ToolContext
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import AgentPorts
 
 LIST_LIMIT = 20
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
-def manage(rt: "Runtime", action: str, run_id: Any, ctx: ToolContext) -> str:
+def manage(rt: "AgentPorts", action: str, run_id: Any, ctx: ToolContext) -> str:
     if action == "list":
         return _list(rt, ctx.session_id)
     run = _own_run(rt, run_id, ctx.session_id)
@@ -32,7 +32,7 @@ def manage(rt: "Runtime", action: str, run_id: Any, ctx: ToolContext) -> str:
     raise ToolError(f"Unknown action {action!r}: use run, get, list, get_result or cancel.")
 
 
-def _own_run(rt: "Runtime", run_id: Any, session_id: str) -> dict[str, Any]:
+def _own_run(rt: "AgentPorts", run_id: Any, session_id: str) -> dict[str, Any]:
     if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id.strip().lower()):
         raise ToolError("Give `run_id`: the 32-character id task returned (action=list shows them).")
     with rt.db.connect() as conn:
@@ -42,7 +42,7 @@ def _own_run(rt: "Runtime", run_id: Any, session_id: str) -> dict[str, Any]:
     return run
 
 
-def _list(rt: "Runtime", session_id: str) -> str:
+def _list(rt: "AgentPorts", session_id: str) -> str:
     with rt.db.connect() as conn:
         runs = agent_runs.of_session(conn, session_id, LIST_LIMIT)
     if not runs:
@@ -75,7 +75,7 @@ def _result(run: dict[str, Any]) -> str:
     return f"Run {run['id']} ended {run['status']} without a result: {run['error'] or 'no reason recorded'}."
 
 
-def _cancel(rt: "Runtime", run: dict[str, Any]) -> str:
+def _cancel(rt: "AgentPorts", run: dict[str, Any]) -> str:
     if run["status"] not in RUN_ACTIVE:
         return f"Run {run['id']} has already ended ({run['status']})."
     if not run["background"]:

@@ -20,7 +20,7 @@ from picobot.storage.models import RUN_INTERRUPTED
 from picobot.subagents.inbox import post
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import AgentPorts
 
 log = logging.getLogger("picobot.subagents")
 
@@ -29,7 +29,7 @@ REQUEUE_AFTER_SECS = 30.0
 REQUEUE_EVERY_SECS = 60
 
 
-def recover_runs(rt: "Runtime") -> int:
+def recover_runs(rt: "AgentPorts") -> int:
     """Interrupt dead runs and re-enqueue lost ones; returns how many were interrupted. Never raises."""
     try:
         with rt.db.connect() as conn:
@@ -44,7 +44,7 @@ def recover_runs(rt: "Runtime") -> int:
         return 0
 
 
-def _alive(rt: "Runtime", run: Any) -> bool:
+def _alive(rt: "AgentPorts", run: Any) -> bool:
     beat = worker_turns(rt.redis, run.worker)
     if beat is None:
         return False
@@ -52,7 +52,7 @@ def _alive(rt: "Runtime", run: Any) -> bool:
     return run.id in running or (run.started_at or 0) > at - 1.0  # started after its worker's last beat
 
 
-def _interrupt(rt: "Runtime", run: Any) -> int:
+def _interrupt(rt: "AgentPorts", run: Any) -> int:
     with rt.db.begin() as conn:
         if not agent_runs.end_active(conn, run.id, RUN_INTERRUPTED, DEAD_WORKER):
             return 0  # it finished meanwhile
@@ -68,6 +68,6 @@ def _interrupt(rt: "Runtime", run: Any) -> int:
     return 1
 
 
-def _requeue(rt: "Runtime", run_id: str) -> None:
+def _requeue(rt: "AgentPorts", run_id: str) -> None:
     if rt.redis.set(keys.run_requeued(run_id), "1", nx=True, ex=REQUEUE_EVERY_SECS):
         rt.queue.enqueue_subagent(run_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 from picobot.agent.context import runtime_note
 from picobot.agent.loop import AgentLoop, LoopSettings
@@ -51,7 +51,7 @@ def child_tools(parent: ToolRegistry, allowed: Callable[[Tool], bool], task_tool
 
 
 def run_child(spec: ChildSpec, provider, tools: ToolRegistry, settings: LoopSettings,  # type: ignore[no-untyped-def]
-              ctx: ToolContext, cancel: CancelToken, controller: TurnController) -> Outcome:
+              ctx: ToolContext, cancel: CancelToken, controller: TurnController, hooks: Any = None) -> Outcome:
     """Run the sub-agent until it answers, fails, hits a limit or `cancel` is set."""
     timer = threading.Timer(spec.timeout_secs, cancel.cancel, args=("timeout",))
     timer.daemon = True
@@ -61,7 +61,7 @@ def run_child(spec: ChildSpec, provider, tools: ToolRegistry, settings: LoopSett
     history = [ChatMessage(role="system", content=spec.system_prompt),
                runtime_note(ctx.timezone, ctx.channel, ctx.workspace)]
     try:
-        result = AgentLoop(provider, tools, settings).run(
+        result = AgentLoop(provider, tools, settings, hooks=hooks).run(
             history, [ChatMessage(role="user", content=spec.task_text)], child_ctx, controller, _no_steering)
     finally:
         timer.cancel()

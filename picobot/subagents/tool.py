@@ -29,7 +29,7 @@ from picobot.subagents.runner import TASK_TOOL, ChildSpec, Outcome, child_tools,
 from picobot.tools.base import RunningAgent, Tool, ToolContext
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import AgentPorts
 
 log = logging.getLogger("picobot.subagents")
 
@@ -67,7 +67,7 @@ class TaskTool(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, rt: "Runtime", depth: int = 0, parent_run_id: str | None = None,
+    def __init__(self, rt: "AgentPorts", depth: int = 0, parent_run_id: str | None = None,
                  catalog: SubagentCatalog | None = None):
         self.rt = rt
         self.depth = depth  # of the agent holding this tool: 0 is the session's own agent
@@ -156,7 +156,8 @@ class TaskTool(Tool):
         unhook = ctx.cancel.on_cancel(lambda: cancel.cancel("stopped"))  # /stop of the parent stops the child
         self.rt.track_turn(run.id, True)
         try:
-            outcome = run_child(spec, parent.provider, tools, parent.settings, ctx, cancel, controller)
+            outcome = run_child(spec, parent.provider, tools, parent.settings, ctx, cancel, controller,
+                                parent.hooks)
         except Exception as exc:  # a bug or infrastructure failure: recorded, and the parent model is told
             log.exception("sub-agent run %s crashed", run.id)
             outcome = Outcome(RUN_FAILED, f"internal error while running it ({type(exc).__name__})", Usage())

@@ -6,6 +6,7 @@ would register its own tools.
 
 from __future__ import annotations
 
+import logging
 from typing import Iterable
 
 from picobot.tools.base import Tool, ToolContext, ToolResult
@@ -28,6 +29,8 @@ __all__ = [
     "builtin_tools",
 ]
 
+log = logging.getLogger("picobot.tools")
+
 # The shell tool is "bash" on POSIX and "shell" on Windows; disabling either name disables it.
 _SHELL_ALIASES = {"bash", "shell"}
 
@@ -40,8 +43,12 @@ def build_registry(disabled: Iterable[str] = (), extra: Iterable[Tool] = ()) -> 
     registry = ToolRegistry()
 
     def register(tool: Tool) -> None:
-        if tool.name not in off:
-            registry.register(tool)
+        if tool.name in off:
+            return
+        if tool.name in registry:  # a plugin's tool may not take a name already given
+            log.warning("tool %r is offered twice; the first one stays", tool.name)
+            return
+        registry.register(tool)
 
     register(CalculatorTool())
     register(ClockTool())

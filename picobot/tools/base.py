@@ -23,6 +23,7 @@ class RunningAgent:
     tools: Any  # picobot.tools.registry.ToolRegistry
     settings: Any  # picobot.agent.loop.LoopSettings
     events: Any  # picobot.agent.snapshot.TurnController
+    hooks: Any = None  # picobot.plugins.PluginHost: the stage hooks a sub-agent's calls go through too
 
 
 @dataclass

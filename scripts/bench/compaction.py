@@ -112,7 +112,7 @@ def turn_latencies(bench: Any, rt: Any) -> tuple[list[float], list[float]]:
 
 def run(args: argparse.Namespace) -> Result:
     from picobot.config.loader import load_config
-    from picobot.runtime.services import build_runtime
+    from picobot.app import build_runtime
 
     result = Result(NAME)
     with running_stack(NAME, worker_concurrency=20) as bench:

@@ -46,7 +46,7 @@ def fill(store: Any, start: int, count: int, rng: random.Random, zh: list[str], 
     """Insert memories start..start+count-1 in one transaction; returns seconds taken."""
     from sqlalchemy import insert
 
-    from picobot.memory.segment import index_text
+    from picobot.storage.segment import index_text
     from picobot.storage.models import MemoryRow
 
     now = time.time()
@@ -96,7 +96,7 @@ def measure(store: Any, qs: list[str], ids: list[int]) -> dict[str, Any]:
 
 def bench_database(url: str, label: str, result: Result) -> None:
     from picobot.memory import MemoryStore
-    from picobot.memory.segment import words
+    from picobot.storage.segment import words
     from picobot.storage.db import Database
 
     rng = random.Random(8)

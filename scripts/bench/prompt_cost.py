@@ -53,7 +53,7 @@ def request_body(tmp: Path, llm_url: str, redis_url: str, case: str) -> dict[str
     from picobot.config.loader import load_config
     from picobot.gateway.inbound import InboundMessage
     from picobot.gateway.intake import Gateway
-    from picobot.runtime.services import build_runtime
+    from picobot.app import build_runtime
     from picobot.runtime.turn_runner import drain_session
     from picobot.tools import builtin_tools
     from tests.stack import base_config

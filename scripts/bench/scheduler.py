@@ -70,7 +70,7 @@ def _runtime(stack: Stack) -> Any:
     import os
 
     from picobot.config import load_config
-    from picobot.runtime.services import build_runtime
+    from picobot.app import build_runtime
 
     os.environ.update({k: v for k, v in stack.env.items() if k in ("PICOBOT_HOME", "REDIS_URL", "PICOBOT_TEST_KEY")})
     os.environ.pop("DATABASE_URL", None)

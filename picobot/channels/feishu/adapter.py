@@ -19,10 +19,11 @@ from picobot.channels.base import Capabilities, Delivery, DeliveryError, LiveHoo
 from picobot.channels.feishu import cards
 from picobot.channels.feishu.api import FeishuApi, FeishuError
 from picobot.channels.feishu.config import FeishuConfig
+from picobot.coord import keys
 
 if TYPE_CHECKING:
     from picobot.gateway.inbound import InboundMessage
-    from picobot.runtime.services import Runtime
+    from picobot.channels.ports import ChannelPorts
 
 log = logging.getLogger("picobot.channels.feishu")
 
@@ -30,17 +31,9 @@ PARENT_GONE = frozenset({230011, 231003})
 CARD_WAIT_SECS = 5.0  # how long deliver() waits for a streaming card still being created
 
 
-def card_key(turn_id: str) -> str:
-    """Redis: the streaming card of a turn: "pending" while it is created, then JSON {card_id, message_id}."""
-    return f"picobot:feishu:card:{turn_id}"
-
-
-def card_lock_key(card_id: str) -> str:
-    return f"picobot:feishu:cardlock:{card_id}"
-
-
-def card_seq_key(card_id: str) -> str:
-    return f"picobot:feishu:cardseq:{card_id}"
+card_key = keys.feishu_card  # Redis: "pending" while the turn's card is created, then {card_id, message_id}
+card_lock_key = keys.feishu_card_lock
+card_seq_key = keys.feishu_card_seq
 
 
 def part_uuid(key: str, index: int) -> str:
@@ -54,7 +47,7 @@ def _decode(raw: Any) -> str | None:
 
 
 class FeishuAdapter:
-    def __init__(self, name: str, config: Any, rt: Runtime):
+    def __init__(self, name: str, config: Any, rt: ChannelPorts):
         self.name = name
         self.cfg = config if isinstance(config, FeishuConfig) else FeishuConfig.from_channel(config)
         self.rt = rt

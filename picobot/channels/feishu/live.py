@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from picobot.channels.feishu import cards
 from picobot.channels.feishu.adapter import PARENT_GONE, card_key, card_lock_key, card_seq_key, part_uuid
 from picobot.channels.feishu.api import FeishuError
+from picobot.coord import keys
 
 if TYPE_CHECKING:
     from picobot.channels.feishu.adapter import FeishuAdapter
@@ -31,8 +32,7 @@ PROGRESS_MAX_CHARS = 8000
 TOOL_MARKS = {"pending": "⏳", "running": "⏳", "done": "✅", "error": "❌"}
 
 
-def reaction_key(turn_id: str) -> str:
-    return f"picobot:feishu:reaction:{turn_id}"
+reaction_key = keys.feishu_reaction
 
 
 def progress_text(snapshot: dict, max_chars: int = PROGRESS_MAX_CHARS) -> tuple[str, bool]:

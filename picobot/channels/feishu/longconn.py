@@ -29,7 +29,7 @@ from picobot.channels.feishu.ws_sdk import EventSink, client_class, describe, lo
 
 if TYPE_CHECKING:
     from picobot.channels.feishu.config import FeishuConfig
-    from picobot.runtime.services import Runtime
+    from picobot.channels.ports import ChannelPorts
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def _off_loop(fn: Callable[[], Any]) -> asyncio.Future:
 
 
 class LongConnection:
-    def __init__(self, rt: Runtime, cfg: FeishuConfig, channel: str = "feishu", lease_ttl_ms: int = LEASE_TTL_MS):
+    def __init__(self, rt: ChannelPorts, cfg: FeishuConfig, channel: str = "feishu", lease_ttl_ms: int = LEASE_TTL_MS):
         self.rt = rt
         self.cfg = cfg
         self.channel = channel

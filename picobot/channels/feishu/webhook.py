@@ -21,7 +21,7 @@ from picobot.domain.text import repair_text
 
 if TYPE_CHECKING:
     from picobot.channels.feishu.config import FeishuConfig
-    from picobot.runtime.services import Runtime
+    from picobot.channels.ports import ChannelPorts
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class Rejected(Exception):
         self.reason = reason
 
 
-def handle(rt: Runtime, cfg: FeishuConfig, headers: Mapping[str, str], body: bytes,
+def handle(rt: ChannelPorts, cfg: FeishuConfig, headers: Mapping[str, str], body: bytes,
            channel: str = "feishu") -> Answer:
     """Answer one webhook request; never raises."""
     try:
@@ -54,7 +54,7 @@ def handle(rt: Runtime, cfg: FeishuConfig, headers: Mapping[str, str], body: byt
         return 500, {"code": 500, "msg": "internal error, retry later"}
 
 
-def _handle(rt: Runtime, cfg: FeishuConfig, headers: Mapping[str, str], body: bytes, channel: str) -> Answer:
+def _handle(rt: ChannelPorts, cfg: FeishuConfig, headers: Mapping[str, str], body: bytes, channel: str) -> Answer:
     if not (cfg.verification_token or cfg.encrypt_key):  # config load refuses this; never run open
         raise Rejected(401, "neither verification_token nor encrypt_key is configured")
     if len(body) > MAX_BODY_BYTES:
@@ -73,7 +73,7 @@ def _handle(rt: Runtime, cfg: FeishuConfig, headers: Mapping[str, str], body: by
     return accept_event(rt, channel, data)
 
 
-def accept_event(rt: Runtime, channel: str, data: dict[str, Any]) -> Answer:
+def accept_event(rt: ChannelPorts, channel: str, data: dict[str, Any]) -> Answer:
     """Record an authenticated event (from `parse`) and enqueue it; the long connection uses it too."""
     if _event_type(data) != MESSAGE_EVENT:
         log.debug("feishu (%s): ignored event type %.80r", channel, _event_type(data))
@@ -175,7 +175,7 @@ def _message_problem(data: dict[str, Any]) -> str | None:
     return None if isinstance(parsed, dict) else "message.content is not a JSON object"
 
 
-def _record(rt: Runtime, channel: str, data: dict[str, Any]) -> Answer:
+def _record(rt: ChannelPorts, channel: str, data: dict[str, Any]) -> Answer:
     problem = _message_problem(data)
     if problem:  # Feishu's own malformed event: redelivering it would not help, so 200
         log.info("feishu (%s): ignored a message event: %s", channel, problem)

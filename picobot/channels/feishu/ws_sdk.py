@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.channels.ports import ChannelPorts
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def describe(exc: BaseException) -> str:
 class EventSink:
     """Stands in for the SDK's EventDispatcherHandler: it calls `_do_without_validation(payload)` per event."""
 
-    def __init__(self, rt: Runtime, channel: str):
+    def __init__(self, rt: ChannelPorts, channel: str):
         self.rt = rt
         self.channel = channel
 

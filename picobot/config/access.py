@@ -6,24 +6,21 @@ is configured; unconfigured, everyone allowed (pairing guards them) and the defa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+from picobot.config.schema import Config
 
 DEFAULT_AGENT = "default"
 
 
-def allowed(rt: "Runtime", channel: str, sender_id: str) -> bool:
+def allowed(config: Config, channel: str, sender_id: str) -> bool:
     """`allow_from` of the channel: ["*"] or empty means everyone, else the listed sender ids."""
-    cfg = rt.config.channels.get(channel)
+    cfg = config.channels.get(channel)
     if cfg is None:
         return True
     allow = [entry.strip() for entry in cfg.allow_from]
     return not allow or "*" in allow or (sender_id or "") in allow
 
 
-def agent_for(rt: "Runtime", channel: str) -> str:
+def agent_for(config: Config, channel: str) -> str:
     """The agent new dialogs of this channel get."""
-    cfg = rt.config.channels.get(channel)
+    cfg = config.channels.get(channel)
     return (cfg.agent if cfg is not None else "") or DEFAULT_AGENT

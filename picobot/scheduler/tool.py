@@ -13,14 +13,14 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from picobot.domain.scope import OWNER_CHANNELS
 from picobot.errors import ToolError
 from picobot.tools.base import Tool, ToolContext
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import Ports
     from picobot.scheduler.manage import Actor
 
-OWNER_CHANNELS = ("web", "cli_chat")  # paired devices: the owner sees and changes every job
 ACTIONS = ("list", "get", "put", "delete", "pause", "resume")
 _TIME_FIELDS = ("next_due_at", "created_at", "updated_at", "due_at", "started_at", "ended_at")
 _LIST_FIELDS = ("id", "kind", "state", "schedule_text", "next_due_at", "last_outcome", "target")
@@ -38,7 +38,7 @@ class SchedulerTool(Tool):
         "required": ["action"],
     }
 
-    def __init__(self, rt: Runtime):
+    def __init__(self, rt: Ports):
         self.rt = rt
 
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:

@@ -1,0 +1,83 @@
+"""Channels on the plugin SDK: the adapter types, outbox rows in the producer's transaction,
+recovery of lost deliveries and events, and the config checks of the types PicoBot ships."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+from picobot.plugins import hookimpl
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from picobot.channels.registry import ChannelRegistry
+    from picobot.plugins.types import TurnView
+    from picobot.runtime.ports import Ports
+
+
+class ChannelsPlugin:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._registry: ChannelRegistry | None = None
+
+    def registry(self, ports: "Ports") -> "ChannelRegistry":
+        """The adapters of the configured channels (built lazily), of every type a plugin offers."""
+        with self._lock:
+            if self._registry is None:
+                from picobot.channels.registry import ChannelRegistry
+
+                self._registry = ChannelRegistry(ports, ports.plugins.channels(ports.config))
+            return self._registry
+
+    @hookimpl
+    def picobot_channels(self) -> dict[str, Any]:
+        from picobot.channels.registry import ADAPTER_TYPES
+
+        return dict(ADAPTER_TYPES)
+
+    @hookimpl
+    def picobot_config_check(self, config: Any) -> list[tuple[str, str]]:
+        from picobot.errors import ConfigError
+
+        problems = []
+        for key, channel in config.channels.items():
+            if channel.type == "feishu":
+                from picobot.channels.feishu.config import check_channel
+
+                try:
+                    check_channel(key, channel.model_dump())
+                except ConfigError as exc:
+                    problems.append((exc.key_path, exc.reason))
+        return problems
+
+    @hookimpl
+    def picobot_turn_committed(self, conn: "Connection", turn: "TurnView", ports: "Ports") -> Callable[[], None] | None:
+        """An external chat's answer (or failure notice) into the outbox, in the turn's transaction."""
+        from picobot.channels import outbound
+
+        text = turn.partial_text if turn.status == "cancelled" else turn.final_text
+        if not outbound.record_turn(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id,
+                                    turn.status, text, turn.error):
+            return None
+        return lambda: outbound.wake(ports, turn.channel, turn.chat_id)
+
+    @hookimpl
+    def picobot_outbox_message(self, conn: "Connection", channel: str, chat_id: str, text: str, kind: str,
+                               key: str | None, session_id: str | None, ports: "Ports") -> Callable[[], None] | None:
+        from picobot.channels import outbound
+
+        if not self.registry(ports).external(channel):
+            return None
+        outbound.record_message(conn, channel, chat_id, text, kind=kind, key=key, session_id=session_id)
+        return lambda: outbound.wake(ports, channel, chat_id)
+
+    @hookimpl
+    def picobot_sweep(self, ports: "Ports") -> None:
+        """Outbox lanes with due rows and no lock holder, and channel events whose task was lost."""
+        from picobot.channels import delivery, events
+
+        try:
+            delivery.recover(ports)
+        finally:  # one failing never stops the other
+            events.recover(ports)

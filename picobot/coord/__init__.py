@@ -1,0 +1,12 @@
+"""Coordination through Redis, below everything that needs it: leases and the names of all keys.
+
+    keys.py   every Redis key, prefix and channel name
+    lease.py  Lease (SET NX PX, token-checked renew and release) and KeptLease (renewed by a thread)
+
+It imports only redis and the standard library.
+"""
+
+from picobot.coord import keys
+from picobot.coord.lease import KeptLease, Lease, held
+
+__all__ = ["KeptLease", "Lease", "held", "keys"]

@@ -1,0 +1,110 @@
+"""Every Redis key, key prefix and channel name PicoBot uses, in one place.
+
+Redis holds only what can be rebuilt from SQL (leases, flags, caches, wake-up throttles): a
+FLUSHALL loses no data. Grep this file to see what lives in Redis and who may be holding it.
+"""
+
+# --- turns and sessions (runtime) ------------------------------------------------------
+
+
+def lease(session_id: str) -> str:
+    """The session's lease: one turn at a time per session, across all workers."""
+    return f"picobot:lease:{session_id}"
+
+
+def stop(turn_id: str) -> str:
+    """The /stop flag of one turn (turn ids are unique, so an old flag never hits a later turn)."""
+    return f"picobot:stop:{turn_id}"
+
+
+def compacting(session_id: str) -> str:
+    """Held while a background compaction of the session runs (so a second one is not started)."""
+    return f"picobot:compacting:{session_id}"
+
+
+def snapshot(session_id: str) -> str:
+    return f"picobot:snapshot:{session_id}"
+
+
+def events(session_id: str) -> str:
+    return f"picobot:events:{session_id}"
+
+
+EVENTS_PATTERN = "picobot:events:*"
+CONTROL_CHANNEL = "picobot:control"
+WORKER_PREFIX = "picobot:worker:"
+MCP_PREFIX = "picobot:mcp:"  # + worker name: a hash of that worker's MCP server states
+SWEEP_LAST = "picobot:sweep:last"
+
+
+def run_requeued(run_id: str) -> str:
+    """Set when the sweeper re-enqueued a queued sub-agent run, so it does so at most once a minute."""
+    return f"picobot:subagent:requeued:{run_id}"
+
+
+# --- background work ---------------------------------------------------------------------
+
+MEMORY_MAINTENANCE_LOCK = "picobot:memory_maintenance"  # one maintenance run at a time
+SCHEDULER_RUN_PREFIX = "picobot:scheduler:run:"  # + run id -> the worker running a non-agent run (liveness)
+
+# --- edge limits -------------------------------------------------------------------------
+
+RATE_LIMIT_PREFIX = "picobot:rl:"  # gateway rate limits
+PAIRING_FAILURES_PREFIX = "picobot:pairfail:"  # + client address: failed pairing attempts in the window
+
+# --- channels: delivery, event inbox, live relay -------------------------------------------
+
+
+def lane(channel: str, chat_id: str) -> str:
+    """The lock of one outbound lane (channel, chat): one deliverer at a time, in order."""
+    return f"picobot:lane:{channel}:{chat_id}"
+
+
+def lane_kick(channel: str, chat_id: str) -> str:
+    """Set when the sweeper re-enqueued the lane, so it does so at most every few seconds."""
+    return f"picobot:lane-kick:{channel}:{chat_id}"
+
+
+def channel_event(event_id: int | str) -> str:
+    """Held while a task processes the recorded channel event."""
+    return f"picobot:channel-event:{event_id}"
+
+
+def channel_event_kick(event_id: int | str) -> str:
+    """Set when the sweeper re-enqueued the event, so it does so at most every few seconds."""
+    return f"picobot:channel-event-kick:{event_id}"
+
+
+def live_claim(turn_id: str) -> str:
+    """The live relay's claim on a turn (one relay streams it to its channel)."""
+    return f"picobot:live:{turn_id}"
+
+
+# --- Feishu ------------------------------------------------------------------------------
+
+
+def feishu_ws(app_id: str) -> str:
+    """The holder of the app's long connection: one `picobot feishu` process at a time."""
+    return f"picobot:feishu:ws:{app_id}"
+
+
+def feishu_token(app_id: str) -> str:
+    """The app's cached tenant access token."""
+    return f"picobot:feishu:token:{app_id}"
+
+
+def feishu_card(turn_id: str) -> str:
+    """The streaming card of a turn: "pending" while it is created, then JSON {card_id, message_id}."""
+    return f"picobot:feishu:card:{turn_id}"
+
+
+def feishu_card_lock(card_id: str) -> str:
+    return f"picobot:feishu:cardlock:{card_id}"
+
+
+def feishu_card_seq(card_id: str) -> str:
+    return f"picobot:feishu:cardseq:{card_id}"
+
+
+def feishu_reaction(turn_id: str) -> str:
+    return f"picobot:feishu:reaction:{turn_id}"

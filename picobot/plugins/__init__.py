@@ -1,0 +1,39 @@
+"""The plugin SDK: hooks into every stage of a turn, tools, commands and channels.
+
+    from picobot.plugins import Deny, hookimpl, tool
+
+    @hookimpl
+    def before_toolcall(ctx, call):
+        if call.name == "bash" and "rm -rf" in call.arguments.get("command", ""):
+            return Deny("no recursive deletes here")
+
+    @tool
+    def shout(text: str) -> str:
+        \"\"\"The text in capitals.\"\"\"
+        return text.upper()
+
+    @hookimpl
+    def picobot_tools():
+        return [shout]
+
+The hooks are specified in picobot/plugins/hookspecs.py. The built-in capabilities (channels,
+memory, skills, sub-agents, scheduler, MCP) are plugins on this same SDK, registered by the
+composition root (picobot/app) on one PluginHost.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from picobot.plugins.decorator import tool
+from picobot.plugins.hookspecs import hookspec
+from picobot.plugins.manager import PluginHost
+from picobot.plugins.types import Command, Deny, InputMessage, ModelResponse, StageContext, ToolCallView, TurnView
+from picobot.tools.base import Tool, ToolContext
+
+hookimpl = pluggy.HookimplMarker("picobot")
+
+__all__ = [
+    "Command", "Deny", "InputMessage", "ModelResponse", "PluginHost", "StageContext", "Tool", "ToolCallView",
+    "ToolContext", "TurnView", "hookimpl", "hookspec", "tool",
+]

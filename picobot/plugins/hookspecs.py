@@ -1,0 +1,154 @@
+"""The hooks PicoBot calls. A plugin implements any of them with `@hookimpl`.
+
+pluggy passes arguments by name: an implementation may take any subset of a hook's arguments,
+and hooks may gain arguments later without breaking a plugin.
+
+Stage hooks (one turn, in order): on_input, pre_action, post_action, before_toolcall,
+after_toolcall, before_output, after_output. Contribution hooks: picobot_tools,
+picobot_commands, picobot_channels. Lifecycle hooks: what the core tells the capabilities
+instead of importing them (a turn committed, a turn finished, a sweep, health, start and close).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("picobot")
+
+# ---------------------------------------------------------------- stage hooks
+
+
+@hookspec
+def on_input(ctx, message) -> str | None:
+    """A turn's input arrived (`message.text`). Return a string to end the turn with it as the
+    answer: no model call; it is stored and delivered like any answer."""
+
+
+@hookspec
+def pre_action(ctx, messages) -> str | list[str] | None:
+    """Before each model call (`messages`: what will be sent). Return extra system notes
+    (sent with this call only, never stored)."""
+
+
+@hookspec
+def post_action(ctx, response) -> None:
+    """After each model response (`response.text`, `response.tool_calls`)."""
+
+
+@hookspec
+def before_toolcall(ctx, call) -> Any:
+    """Before a tool runs (`call.name`, `call.arguments`). Return `Deny("why")` to refuse it (the
+    model gets the reason as the result), a dict to replace the arguments (validated again), or
+    None. An exception or a timeout here denies the call: security plugins live here."""
+
+
+@hookspec
+def after_toolcall(ctx, call, result) -> str | None:
+    """After a tool ran (`result`: its text). Return a string to replace the result."""
+
+
+@hookspec
+def before_output(ctx, text) -> str | None:
+    """The final answer before it is stored and delivered. Return a string to replace it."""
+
+
+@hookspec
+def after_output(ctx, turn) -> None:
+    """After the turn was committed (`turn.session_id`, `turn.status`, `turn.final_text`)."""
+
+
+# ---------------------------------------------------------------- contributions
+
+
+@hookspec
+def picobot_tools(config, ports) -> list[Any] | None:
+    """Tools to offer the model: `Tool` objects or `@tool`-decorated functions."""
+
+
+@hookspec
+def picobot_commands(config, ports) -> list[Any] | None:
+    """Slash commands: `picobot.plugins.Command` objects."""
+
+
+@hookspec
+def picobot_channels(config) -> dict[str, Any] | None:
+    """Channel adapter types by their `type` name (see picobot/channels/base.py)."""
+
+
+@hookspec
+def picobot_config_check(config) -> list[tuple[str, str]] | None:
+    """Problems in the config this plugin owns, as (key path, why) pairs; start fails on any."""
+
+
+# ---------------------------------------------------------------- lifecycle (the core's calls)
+
+
+@hookspec
+def picobot_started(ports, registry) -> None:
+    """The process's tool registry is built (`registry`); start background parts (MCP clients)."""
+
+
+@hookspec
+def picobot_turn_notes(ctx, turn_input, ports) -> list[Any] | None:
+    """Runtime notes (ChatMessages, never stored) sent after the history, before the turn's input:
+    recalled memories."""
+
+
+@hookspec
+def picobot_prompt_index(ports, registry) -> str | None:
+    """Text added to the runtime note of every model call (the skill index)."""
+
+
+@hookspec(firstresult=True)
+def picobot_context_overflow(ctx, error, ports, cancel) -> list[Any] | None:
+    """The model said the turn does not fit: compact the stored history now and return it, or None."""
+
+
+@hookspec
+def picobot_turn_committed(conn, turn, ports) -> Any:
+    """Inside the transaction that commits a turn (also a failed input given up on): record what
+    must be atomic with it (an outbox row). May return a callable to run after the commit."""
+
+
+@hookspec
+def picobot_turn_finished(turn, ports) -> None:
+    """After a turn's outcome is stored and published: bookkeeping (job runs, compaction)."""
+
+
+@hookspec
+def picobot_outbox_message(conn, channel, chat_id, text, kind, key, session_id, ports) -> Any:
+    """A message for an external chat outside a turn's answer (`send_session_message`, a job's
+    message, a notice), inside the transaction that records it. Return a callable to run after
+    the commit when this plugin took it (its channel), else None."""
+
+
+@hookspec(firstresult=True)
+def picobot_internal_event(name, payload, ports) -> bool | None:
+    """A scheduled `internal_event` job fired (`name`: payload.event). Return True when handled."""
+
+
+@hookspec
+def picobot_history_prefix(ctx, history, compacted, ports) -> list[Any] | None:
+    """Runtime notes sent before a turn's stored history (a compacted dialog's previous context)."""
+
+
+@hookspec
+def picobot_session_stopped(session_id, ports) -> None:
+    """`/stop` in a dialog: stop what this plugin runs for it (sub-agent runs)."""
+
+
+@hookspec
+def picobot_sweep(ports) -> None:
+    """The sweeper's tick: recover this plugin's lost work (deliveries, events, runs)."""
+
+
+@hookspec
+def picobot_health(ports) -> dict[str, Any] | None:
+    """Entries for `/health`, by name."""
+
+
+@hookspec
+def picobot_close() -> None:
+    """The process is shutting down: stop threads, close connections."""

@@ -1,0 +1,92 @@
+"""Plain data the core hands to plugin hooks, and the values hooks may return.
+
+Plugins read these; the core builds them. They are views, not the core's own objects: a plugin
+that keeps one keeps a copy, and changing one changes nothing in the core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """Who a turn is for; the first argument of every stage hook."""
+
+    session_id: str
+    channel: str
+    chat_id: str
+    sender_id: str
+    turn_id: str
+    agent: str = "default"
+
+
+@dataclass(frozen=True)
+class InputMessage:
+    """The user's input of a turn (`on_input`)."""
+
+    text: str
+    content: Any = None  # the stored content: a string, or a list of content blocks (images)
+    seq: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """One model response (`post_action`)."""
+
+    text: str
+    tool_calls: tuple["ToolCallView", ...] = ()
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ToolCallView:
+    """A tool call the model asked for (`before_toolcall`, `after_toolcall`)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TurnView:
+    """A turn's outcome (`after_output` and the lifecycle hooks)."""
+
+    session_id: str
+    turn_id: str
+    channel: str
+    chat_id: str
+    sender_id: str
+    agent: str
+    status: str  # completed | cancelled | failed
+    final_text: str
+    error: str | None = None
+    partial_text: str = ""  # a stopped turn: what it had streamed
+    input_ids: tuple[str, ...] = ()  # platform message ids of the turn's inputs ("job:…" for scheduled ones)
+    messages: tuple[Any, ...] = ()  # the turn's new ChatMessages, in true order
+    history: tuple[Any, ...] = ()  # the stored history the turn started from
+    committed: bool = True  # False: the turn was not stored (its input ended failed without it)
+
+
+@dataclass(frozen=True)
+class Deny:
+    """Returned by `before_toolcall`: the tool does not run; the model gets `reason` as its result."""
+
+    reason: str = "denied by a plugin"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A slash command contributed by `picobot_commands`: `/name args` calls `handler(ctx, args)`.
+
+    The handler returns the reply text. `ctx` is a `StageContext` (turn_id empty).
+    """
+
+    name: str
+    description: str
+    handler: Callable[[StageContext, str], str]
+
+
+AfterCommit = Callable[[], None]
