@@ -121,7 +121,8 @@ def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def
     sandbox = announce(rt.config)
     rt.tools()  # MCP servers start connecting now, in the background
     start_heartbeat(rt.redis, rt.worker_name, rt.active_turn_ids, {"sandbox": sandbox.as_check()},
-                    on_beat=lambda: publish_mcp(rt.redis, rt.worker_name, rt.mcp_statuses()))
+                    on_beat=lambda: publish_mcp(rt.redis, rt.worker_name, rt.mcp_statuses()),
+                    live_facts=lambda: {"plugins": rt.plugins.statuses()})
     app.send_task(SWEEP_TASK, queue=QUEUE_MAINTENANCE)  # recover what a previous run left behind
     log.info("worker %s ready", rt.worker_name)
 

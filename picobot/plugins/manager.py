@@ -15,11 +15,7 @@ lookup: each hook's implementations are cached until a plugin is added or remove
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
-import importlib.util
-import json
 import logging
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +23,10 @@ from typing import Any, Callable, Iterator, Sequence
 
 import pluggy
 
-from picobot.domain.text import repair_text
 from picobot.errors import TurnCancelled
-from picobot.plugins import hookspecs
+from picobot.plugins import discovery, hookspecs, values
+from picobot.plugins.discovery import ENTRY_POINT_GROUP  # noqa: F401 (re-exported)
+from picobot.plugins.values import CUT_NOTE, MAX_TEXT, clean_text  # noqa: F401 (re-exported)
 from picobot.plugins.decorator import as_tool
 from picobot.plugins.types import Command, Deny, ToolCallView
 from picobot.threadpool import pool
@@ -37,11 +34,6 @@ from picobot.tools.base import Tool
 
 log = logging.getLogger("picobot.plugins")
 
-ENTRY_POINT_GROUP = "picobot.plugins"
-HOME_MODULE = "picobot_home_plugins"
-MAX_TEXT = 1_000_000  # a plugin's replacement text is cut to this many characters
-CUT_NOTE = "\n[... cut by PicoBot: plugin output too long]"
-ERROR_CHARS = 500
 STAGE_HOOKS = ("on_input", "pre_action", "post_action", "before_toolcall", "after_toolcall",
                "before_output", "after_output")
 
@@ -101,7 +93,7 @@ class PluginHost:
 
     def register(self, name: str, plugin: Any, source: str = "builtin", version: str | None = None) -> bool:
         """Add a plugin; False (recorded as failed, not registered) when pluggy refuses it."""
-        status = PluginStatus(name, source, version or _version_attr(plugin), plugin=plugin)
+        status = PluginStatus(name, source, version or discovery.version_attr(plugin), plugin=plugin)
         try:
             self._validated_register(name, plugin)
         except Exception as exc:  # unknown hook or argument names, a wrapper, a duplicate name
@@ -126,23 +118,23 @@ class PluginHost:
         self.pm.register(plugin, name=name)
         try:
             self.pm.check_pending()  # only this plugin can be pending: earlier ones passed
-            _refuse_wrappers(self.pm, plugin)
+            discovery.refuse_wrappers(self.pm, plugin)
         except Exception:
             self.pm.unregister(plugin)
             raise
 
     def _failed(self, status: PluginStatus, exc: BaseException) -> bool:
-        status.state, status.error, status.errors, status.plugin = "failed", _describe(exc), 1, None
+        status.state, status.error, status.errors, status.plugin = "failed", values.describe(exc), 1, None
         self._records.append(status)
         log.error("plugin %s (%s) not loaded: %s", status.name, status.source, status.error)
         return False
 
     def _discover(self) -> None:
         disabled = set(self.config.plugins.disabled)
-        for ep in _entry_points():
-            self._load(ep.name, "entry_point", ep.load, _dist_version(ep), disabled)
-        for path in _home_files(Path(self.config.home) / "plugins"):
-            self._load(path.stem, "file", lambda p=path: _load_file(p), None, disabled)
+        for ep in discovery.entry_points():
+            self._load(ep.name, "entry_point", ep.load, discovery.dist_version(ep), disabled)
+        for path in discovery.home_files(Path(self.config.home) / "plugins"):
+            self._load(path.stem, "file", lambda p=path: discovery.load_file(p), None, disabled)
 
     def _load(self, name: str, source: str, load: Callable[[], Any], version: str | None,
               disabled: set[str]) -> None:
@@ -151,7 +143,7 @@ class PluginHost:
             log.info("plugin %s (%s) disabled by plugins.disabled", name, source)
             return
         try:
-            plugin = _instance(load())
+            plugin = discovery.instance(load())
         except (Exception, SystemExit) as exc:  # a module body may call sys.exit too
             self._failed(PluginStatus(name, source, version), exc)
             return
@@ -244,9 +236,9 @@ class PluginHost:
     def _fault(self, impl: _Impl, hook: str, exc: BaseException) -> None:
         status = impl.status
         with self._lock:
-            status.error = f"{hook}: {_describe(exc)}"[:ERROR_CHARS]
+            status.error = f"{hook}: {values.describe(exc)}"[:values.ERROR_CHARS]
             status.errors += 1
-        log.error("plugin %s: %s failed: %s", status.name, hook, _describe(exc),
+        log.error("plugin %s: %s failed: %s", status.name, hook, values.describe(exc),
                   exc_info=None if isinstance(exc, HookProblem) else exc)
 
     # ------------------------------------------------------------------ stage hooks
@@ -258,9 +250,9 @@ class PluginHost:
             return None
         kwargs = {"ctx": ctx, "message": message}
         for impl in impls:
-            answer = self._value(impl, "on_input", kwargs, _is_str)
+            answer = self._value(impl, "on_input", kwargs, values.is_str)
             if answer is not None:
-                return clean_text(answer)
+                return values.clean_text(answer)
         return None
 
     def pre_action(self, ctx: Any, messages: Any) -> list[str]:
@@ -271,8 +263,8 @@ class PluginHost:
         kwargs = {"ctx": ctx, "messages": messages}
         notes: list[str] = []
         for impl in impls:
-            value = self._value(impl, "pre_action", kwargs, _is_notes)
-            notes += [clean_text(n) for n in ([value] if isinstance(value, str) else value or ()) if n]
+            value = self._value(impl, "pre_action", kwargs, values.is_notes)
+            notes += [values.clean_text(n) for n in ([value] if isinstance(value, str) else value or ()) if n]
         return notes
 
     def post_action(self, ctx: Any, response: Any) -> None:
@@ -306,9 +298,9 @@ class PluginHost:
         if value is None:
             return None
         if isinstance(value, Deny):
-            return Deny(clean_text(value.reason if isinstance(value.reason, str) else str(value.reason)))
-        if isinstance(value, dict) and _json_object(value):
-            return _repaired(value)
+            return Deny(values.clean_text(value.reason if isinstance(value.reason, str) else str(value.reason)))
+        if isinstance(value, dict) and values.json_object(value):
+            return values.repaired(value)
         self._fault(impl, "before_toolcall", HookProblem(f"returned {type(value).__name__}, not a Deny, "
                                                          "a JSON object or None"))
         return Deny(f"the plugin {impl.status.name} gave an answer PicoBot cannot read, so the call was not run")
@@ -332,14 +324,14 @@ class PluginHost:
 
     def _chain(self, hook: str, kwargs: dict[str, Any], key: str, value: str) -> str:
         for impl in self._impls[hook]:
-            replaced = self._value(impl, hook, {**kwargs, key: value}, _is_str)
+            replaced = self._value(impl, hook, {**kwargs, key: value}, values.is_str)
             if replaced is not None:
-                value = clean_text(replaced)
+                value = values.clean_text(replaced)
         return value
 
     def _notify(self, hook: str, kwargs: dict[str, Any]) -> None:
         for impl in self._impls[hook]:
-            self._value(impl, hook, kwargs, _anything)
+            self._value(impl, hook, kwargs, values.anything)
 
     # ------------------------------------------------------------------ contributions
 
@@ -366,9 +358,9 @@ class PluginHost:
         """Slash commands by name (lower-case, no "/"); on a name taken, the first stays."""
         found: dict[str, Command] = {}
         for impl, item in self._offered("picobot_commands", {"config": config, "ports": ports}):
-            name = _command_name(item)
+            name = values.command_name(item)
             if name is None:
-                self._fault(impl, "picobot_commands", HookProblem(f"offered {_what(item)}, not a Command"))
+                self._fault(impl, "picobot_commands", HookProblem(f"offered {values.what(item)}, not a Command"))
             elif name in found:
                 log.warning("plugin %s: command /%s is already taken; the first one stays", impl.status.name, name)
             else:
@@ -378,7 +370,7 @@ class PluginHost:
     def channels(self, config: Any) -> dict[str, Any]:
         """Channel adapter types by `type` name; on a name taken, the first stays."""
         found: dict[str, Any] = {}
-        for impl, value in self._results("picobot_channels", {"config": config}, _is_dict):
+        for impl, value in self._results("picobot_channels", {"config": config}, values.is_dict):
             for name, adapter in value.items():
                 if name in found:
                     log.warning("plugin %s: channel type %s is already taken; the first one stays",
@@ -390,18 +382,18 @@ class PluginHost:
     def config_problems(self, config: Any) -> list[tuple[str, str]]:
         """Every (key path, why) problem the plugins find in their part of the config."""
         found: list[tuple[str, str]] = []
-        for impl, value in self._results("picobot_config_check", {"config": config}, _is_list):
+        for impl, value in self._results("picobot_config_check", {"config": config}, values.is_list):
             for item in value:
-                if _is_problem(item):
+                if values.is_problem(item):
                     found.append((item[0], item[1]))
                 else:
-                    self._fault(impl, "picobot_config_check", HookProblem(f"offered {_what(item)}, "
+                    self._fault(impl, "picobot_config_check", HookProblem(f"offered {values.what(item)}, "
                                                                           "not a (key path, why) pair"))
         return found
 
     def _offered(self, hook: str, kwargs: dict[str, Any]) -> Iterator[tuple[_Impl, Any]]:
         """(implementation, item) for each item of each implementation's list."""
-        for impl, value in self._results(hook, kwargs, _is_list):
+        for impl, value in self._results(hook, kwargs, values.is_list):
             for item in value:
                 yield impl, item
 
@@ -418,12 +410,12 @@ class PluginHost:
         """Every implementation's non-None result, in call order; failures logged and skipped."""
         if not self._lifecycle(hook_name):
             return []
-        return [value for _impl, value in self._results(hook_name, kwargs, _anything)]
+        return [value for _impl, value in self._results(hook_name, kwargs, values.anything)]
 
     def first(self, hook_name: str, **kwargs: Any) -> Any:
         """The first non-None result (the rest are not called), or None."""
         if self._lifecycle(hook_name):
-            for _impl, value in self._results(hook_name, kwargs, _anything):
+            for _impl, value in self._results(hook_name, kwargs, values.anything):
                 return value
         return None
 
@@ -432,137 +424,3 @@ class PluginHost:
         if impls is None:
             raise ValueError(f"no hook named {hook_name!r} (see picobot/plugins/hookspecs.py)")
         return impls
-
-
-# ---------------------------------------------------------------- values
-
-
-def clean_text(text: str) -> str:
-    """A plugin's text as PicoBot keeps it: lone surrogates and NUL repaired, cut at MAX_TEXT."""
-    text = repair_text(text)
-    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - len(CUT_NOTE)] + CUT_NOTE
-
-
-def _is_str(value: Any) -> bool:
-    return isinstance(value, str)
-
-
-def _is_notes(value: Any) -> bool:
-    return isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(n, str) for n in value))
-
-
-def _is_list(value: Any) -> bool:
-    return isinstance(value, (list, tuple))
-
-
-def _is_dict(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(k, str) for k in value)
-
-
-def _anything(value: Any) -> bool:
-    return True
-
-
-def _is_problem(item: Any) -> bool:
-    return isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(p, str) for p in item)
-
-
-def _command_name(item: Any) -> str | None:
-    """The command's name as typed after "/", or None when it is no usable Command."""
-    if not isinstance(item, Command) or not isinstance(item.name, str) or not callable(item.handler):
-        return None
-    name = item.name.strip().lstrip("/").lower()
-    return name if name and not any(c.isspace() or c == "/" for c in name) else None
-
-
-def _json_object(value: dict[str, Any]) -> bool:
-    # the loop sends replaced arguments to the tool as JSON text: what cannot be written must not pass
-    if not all(isinstance(k, str) for k in value):
-        return False
-    try:
-        json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError, RecursionError):
-        return False
-    return True
-
-
-def _repaired(value: Any) -> Any:
-    """A JSON value with every string in it repaired (text that could not be stored or sent)."""
-    if isinstance(value, str):
-        return repair_text(value)
-    if isinstance(value, dict):
-        return {repair_text(k): _repaired(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_repaired(v) for v in value]
-    return value
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
-
-
-def _what(item: Any) -> str:
-    return type(item).__name__
-
-
-# ---------------------------------------------------------------- discovery
-
-
-def _refuse_wrappers(pm: pluggy.PluginManager, plugin: Any) -> None:
-    # the host calls each implementation itself (isolation, timeouts): a wrapper would never run as one
-    for caller in pm.get_hookcallers(plugin) or ():
-        if any(i.plugin is plugin and (i.wrapper or i.hookwrapper) for i in caller.get_hookimpls()):
-            raise pluggy.PluginValidationError(plugin, f"hook {caller.name}: wrappers are not supported")
-
-
-def _entry_points() -> list[Any]:
-    try:
-        found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    except Exception:  # a broken distribution's metadata must not stop the process
-        log.exception("plugin entry points could not be read")
-        return []
-    seen: set[tuple[str, str]] = set()
-    unique = []
-    for ep in found:  # one distribution on sys.path twice lists its entry points twice
-        if (ep.name, ep.value) not in seen:
-            seen.add((ep.name, ep.value))
-            unique.append(ep)
-    return unique
-
-
-def _dist_version(ep: Any) -> str | None:
-    dist = getattr(ep, "dist", None)
-    return getattr(dist, "version", None) if dist is not None else None
-
-
-def _version_attr(plugin: Any) -> str | None:
-    version = getattr(plugin, "__version__", None)
-    return version if isinstance(version, str) else None
-
-
-def _instance(plugin: Any) -> Any:
-    # an entry point naming a class: its hooks are methods, so the plugin is an instance
-    return plugin() if isinstance(plugin, type) else plugin
-
-
-def _home_files(folder: Path) -> list[Path]:
-    """The plugin files of the home's plugins/ folder ("_name.py" are helpers, not plugins)."""
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
-
-
-def _load_file(path: Path) -> Any:
-    """A home plugin file, imported as its own module (`picobot_home_plugins.<stem>`)."""
-    name = f"{HOME_MODULE}.{path.stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path} cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses and pickle look a module up by name while it runs
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module

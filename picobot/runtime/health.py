@@ -95,10 +95,16 @@ def _sandbox(rt: "Runtime") -> dict[str, Any]:
 
 
 def _plugins(rt: "Runtime") -> dict[str, Any]:
-    """The plugins of this process. A broken one is reported, never a reason to pull the gateway."""
+    """The plugins of this process and of each live worker (from its heartbeat). A broken plugin is
+    reported here, never a reason to pull the gateway: `ok` stays true."""
+    from picobot.runtime.heartbeat import worker_facts
+
     plugins = rt.plugins.statuses()
-    failed = [p for p in plugins if p["state"] == "failed" or p.get("error")]
+    workers = {name: found for name, found in worker_facts(rt.redis, "plugins").items() if isinstance(found, list)}
+    troubled = {p["name"]: p["error"] for p in plugins if p.get("error")}
+    for found in workers.values():
+        troubled.update({p["name"]: p["error"] for p in found if isinstance(p, dict) and p.get("error")})
     detail = f"{sum(p['state'] == 'active' for p in plugins)} active"
-    if failed:
-        detail += "; with errors: " + ", ".join(f"{p['name']} ({p['error']})"[:200] for p in failed)
-    return {"ok": True, "detail": detail, "plugins": plugins}
+    if troubled:
+        detail += "; with errors: " + ", ".join(f"{name} ({error})"[:200] for name, error in sorted(troubled.items()))
+    return {"ok": True, "detail": detail, "plugins": plugins, "workers": workers}

@@ -21,16 +21,21 @@ TTL_SECS = 7  # a killed worker's turns are recovered this long after its death
 
 def start_heartbeat(r: redis.Redis, name: str, active_turns: Callable[[], list[str]],
                     facts: dict[str, Any] | None = None,
-                    on_beat: Callable[[], None] | None = None) -> threading.Event:
+                    on_beat: Callable[[], None] | None = None,
+                    live_facts: Callable[[], dict[str, Any]] | None = None) -> threading.Event:
     """Beat every few seconds (with the ids of the turns this worker runs, and `facts` such as its
-    sandbox status for /health) until the event is set. `on_beat` publishes more with each beat
-    (the MCP servers' states); its failure is logged and never stops the beat."""
+    sandbox status for /health) until the event is set. `live_facts` are read at each beat (the
+    plugins' states); `on_beat` publishes more with each beat (the MCP servers' states); a failure of
+    either is logged and never stops the beat."""
     stop = threading.Event()
     fixed = dict(facts or {})
 
     def run() -> None:
         while not stop.is_set():
-            beat = {**fixed, "pid": os.getpid(), "at": time.time(), "turns": active_turns()}
+            live: dict[str, Any] = {}
+            if live_facts is not None:
+                _guarded(lambda: live.update(live_facts()))
+            beat = {**fixed, **live, "pid": os.getpid(), "at": time.time(), "turns": active_turns()}
             try:
                 r.set(keys.WORKER_PREFIX + name, json.dumps(beat), ex=TTL_SECS)
             except redis.RedisError as exc:

@@ -7,6 +7,7 @@ its channel (`picobot_outbox_message`), and woken after the commit.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 from picobot.domain.messages import ChatMessage
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from picobot.runtime.ports import Ports
+
+log = logging.getLogger("picobot.turns")
 
 MARKER_SESSION_MESSAGE = "session_message"
 
@@ -36,9 +39,7 @@ def run_after(callbacks: list[Callable[[], Any]]) -> None:
             try:
                 callback()
             except Exception:  # a lost wake-up is the sweeper's to repair
-                import logging
-
-                logging.getLogger("picobot.turns").exception("an after-commit hook failed")
+                log.exception("an after-commit hook failed")
 
 
 def send_to_chat(ports: "Ports", channel: str, chat_id: str, text: str, kind: str = "message",
