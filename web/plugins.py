@@ -1,9 +1,8 @@
-"""/api/plugins: the Plugins page's list of the plugins this web process loaded (docs/PLUGINS.md).
+"""/api/plugins: the Plugins page's list of the plugins this web process loaded, and each live
+worker's (from its heartbeat), so a hook that failed while a worker ran a turn shows too (docs/PLUGINS.md).
 
 Read-only: plugins are installed (entry points, `$PICOBOT_HOME/plugins/`) and switched off
-(`plugins.disabled`) on the server. Every process loads the same plugins, so a plugin that
-failed to load shows here; a hook that failed while a worker ran a turn is recorded in that
-worker (and its log), not in this list.
+(`plugins.disabled`) on the server.
 """
 
 from __future__ import annotations
@@ -15,4 +14,11 @@ bp = Blueprint("plugins", __name__, url_prefix="/api/plugins")
 
 @bp.get("")
 def list_plugins() -> Response:
-    return jsonify({"plugins": current_app.extensions["picobot"].plugins.statuses()})
+    from picobot.runtime.heartbeat import worker_facts
+
+    rt = current_app.extensions["picobot"]
+    try:
+        workers = {name: found for name, found in worker_facts(rt.redis, "plugins").items() if isinstance(found, list)}
+    except Exception:  # Redis down: the web process's own list still answers
+        workers = {}
+    return jsonify({"plugins": rt.plugins.statuses(), "workers": workers})

@@ -68,6 +68,7 @@ def make_celery(config: Config) -> PicoCelery:
         worker_redirect_stdouts=False,
         beat_scheduler="worker.beat.PicoBeatScheduler",
         redbeat_redis_url=url,
+        redbeat_redis_options={},  # said explicitly: redbeat no longer borrows broker_transport_options
         redbeat_lock_timeout=max(30, int(sweep_every * 6)),
         # a job fires within one tick of its due time (scheduler.tick_resolution_ms)
         beat_max_loop_interval=min(max(1, min(5, int(sweep_every))), config.scheduler.tick_resolution_ms / 1000),

@@ -16,8 +16,10 @@ from picobot.runtime.task_names import WORKER_QUEUES
 
 def web_argv(config: Config, bind: str | None = None, threads: int = 1100) -> list[str]:
     bind = bind or f"{config.gateway.host}:{config.gateway.port}"
+    # one thread per open socket; connections beyond the threads are kept-alive HTTP clients (gunicorn
+    # warns, and keeps none alive, unless worker_connections exceeds threads)
     return [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "1", "--threads", str(threads),
-            "--timeout", "120", "--graceful-timeout", "10", "--no-control-socket", "-b", bind, "web.app:create_app()"]
+            "--worker-connections", str(threads + 1000), "--timeout", "120", "--graceful-timeout", "10", "--no-control-socket", "-b", bind, "web.app:create_app()"]
 
 
 def worker_argv(concurrency: int = 200, queues: str = WORKER_QUEUES, name: str | None = None) -> list[str]:

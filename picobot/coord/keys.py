@@ -108,3 +108,31 @@ def feishu_card_seq(card_id: str) -> str:
 
 def feishu_reaction(turn_id: str) -> str:
     return f"picobot:feishu:reaction:{turn_id}"
+
+
+# --- Telegram ----------------------------------------------------------------------------
+
+
+def telegram_poll(bot_id: str) -> str:
+    """The holder of the bot's getUpdates long poll: one poller per bot token, across all processes."""
+    return f"picobot:telegram:poll:{bot_id}"
+
+
+def telegram_status(channel: str) -> str:
+    """The channel's intake heartbeat (poller state, last update, last error), read by /health."""
+    return f"picobot:telegram:status:{channel}"
+
+
+def telegram_me(bot_id: str) -> str:
+    """getMe of the bot (its username, for commands and mentions in groups), cached."""
+    return f"picobot:telegram:me:{bot_id}"
+
+
+def telegram_live(turn_id: str) -> str:
+    """The turn's live message: "none", or {"message_id", "final"} once sent."""
+    return f"picobot:telegram:live:{turn_id}"
+
+
+def telegram_setup(bot_id: str) -> str:
+    """Set while one process registers the bot's commands / webhook, so the others skip it."""
+    return f"picobot:telegram:setup:{bot_id}"
