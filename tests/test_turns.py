@@ -153,3 +153,10 @@ def test_interactive_chat_streams_answers_and_runs_commands(stack: Stack, llm) -
     assert p.returncode == 0
     assert "[calculator done]" in out and "returned: 21" in out
     assert "* default" in out and "Unknown command /frob" in out
+
+
+def test_a_start_shows_no_avoidable_warnings(stack: Stack) -> None:
+    """gunicorn's keep-alive warning and redbeat's broker_transport_options one, seen on every start."""
+    logs = stack.all_logs()
+    assert "No keepalived connections" not in logs
+    assert "RedBeat will stop falling back" not in logs

@@ -163,9 +163,10 @@ class AgentLoop:
     def _stream_once(self, messages: list[ChatMessage], result: LoopResult, ctx: ToolContext,
                      controller: TurnController) -> ChatMessage:
         s = self.settings
-        if self.hooks is not None:
-            messages = messages + [ChatMessage(role="system", content=n)
-                                   for n in self.hooks.pre_action(self._stage, messages)]
+        if self.hooks is not None and self.hooks.has("pre_action"):
+            notes = self.hooks.pre_action(self._stage, messages)
+            if notes:
+                messages = messages + [ChatMessage(role="system", content=n) for n in notes]
         request = ChatRequest(model=s.model, messages=messages, tools=self.tools.specs(),
                               temperature=s.temperature, max_tokens=s.max_tokens, options=dict(s.options))
         controller.model_call_started()
@@ -181,7 +182,7 @@ class AgentLoop:
                 result.usage = result.usage + event.usage
                 result.last_input_tokens = event.usage.input_tokens or result.last_input_tokens
                 message = masked_message(event.message, ctx.secrets)
-                if self.hooks is not None:
+                if self.hooks is not None and self.hooks.has("post_action"):
                     self.hooks.post_action(self._stage, _response_view(message, event.usage))
                 return message
         raise ProviderError("the model's stream ended without a complete message")
@@ -208,17 +209,18 @@ class AgentLoop:
         return out
 
     def _execute(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
-        if self.hooks is None:
+        hooks = self.hooks
+        if hooks is None or not (hooks.has("before_toolcall") or hooks.has("after_toolcall")):
             return self._run_tool(call, ctx)
         view = ToolCallView(call.id, call.name, _arguments(call.arguments))
-        verdict = self.hooks.before_toolcall(self._stage, view)
+        verdict = hooks.before_toolcall(self._stage, view)
         if isinstance(verdict, Deny):
             return ToolResult(f"[denied] {verdict.reason}", is_error=True)
         if isinstance(verdict, dict):  # replaced arguments: validated again by the registry
             call = ToolCall(call.id, call.name, json.dumps(verdict, ensure_ascii=False))
             view = ToolCallView(call.id, call.name, verdict)
         result = self._run_tool(call, ctx)
-        text = self.hooks.after_toolcall(self._stage, view, result.content)
+        text = hooks.after_toolcall(self._stage, view, result.content)
         return result if text == result.content else ToolResult(text, result.is_error)
 
     def _run_tool(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
