@@ -1,4 +1,4 @@
-"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, jobs, feishu, plugins, health, config, migrate.
+"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, jobs, feishu, telegram, wechat, channels, plugins, health, config, migrate.
 
 Each command imports what it needs when it runs: `picobot chat -m` starts once per message, and
 the schema, the storage and the pairing stack would cost most of its time.
@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from picobot.cli.feishu import add_parser as add_feishu_parser
+from picobot.cli.telegram import add_parser as add_telegram_parser
+from picobot.cli.wechat import add_parser as add_wechat_parser
+from picobot.cli.channels import add_parser as add_channels_parser
 from picobot.cli.jobs import add_parser as add_jobs_parser
 from picobot.cli.memory import add_parser as add_memory_parser
 from picobot.cli.pair import add_parser as add_pair_parser
@@ -71,7 +74,29 @@ def _seconds(text: str) -> float:
 def cmd_up(args: argparse.Namespace) -> int:
     from picobot.cli.processes import up
 
-    return up(_config(), with_flower=args.flower, embedded_redis=args.embedded_redis)
+    demo_port = _demo_environment() if args.demo else None
+    config = _config()
+    if demo_port is not None and not _uses_demo(config):
+        print("picobot: --demo runs the built-in demo model only when config.json lists no providers "
+              f"(it lists: {', '.join(sorted(config.providers))}); use another PICOBOT_HOME to try the demo.",
+              file=sys.stderr)
+        return 2
+    return up(config, with_flower=args.flower, embedded_redis=args.embedded_redis, demo_port=demo_port)
+
+
+def _demo_environment() -> int:
+    """Point this process and its children at the demo model on a free loopback port; returns the port."""
+    from picobot.cli.embedded_redis import free_port
+
+    port = free_port()
+    os.environ.update(OPENAI_BASE_URL=f"http://127.0.0.1:{port}/v1", OPENAI_API_KEY="demo",
+                      OPENAI_MODEL="picobot-demo")
+    return port
+
+
+def _uses_demo(config: Config) -> bool:
+    provider = config.providers.get("default")
+    return provider is not None and provider.base_url == os.environ.get("OPENAI_BASE_URL")
 
 
 def cmd_web(args: argparse.Namespace) -> int:
@@ -189,6 +214,24 @@ def cmd_feishu(args: argparse.Namespace) -> int:
     return run(_config(), args)
 
 
+def cmd_telegram(args: argparse.Namespace) -> int:
+    from picobot.cli.telegram import run
+
+    return run(_config(), args)
+
+
+def cmd_wechat(args: argparse.Namespace) -> int:
+    from picobot.cli.wechat import run
+
+    return run(_config(), args)
+
+
+def cmd_channels(args: argparse.Namespace) -> int:
+    from picobot.cli.channels import run
+
+    return run(_config(), args)
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     from picobot.config.secrets import masked
     from picobot.config.unused import warning_lines
@@ -213,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--flower", action="store_true", help="also run Flower on 127.0.0.1:5555")
     up.add_argument("--embedded-redis", action="store_true",
                     help="start a private Redis under the PicoBot home even if one is configured or running")
+    up.add_argument("--demo", action="store_true",
+                    help="run with the built-in demo model (no key needed): streaming, a tool call, the web UI")
     up.set_defaults(fn=cmd_up)
     for name in ("web", "gateway"):
         w = sub.add_parser(name, help="run the web/WebSocket front end (gunicorn)")
@@ -246,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_parser(sub).set_defaults(fn=cmd_memory)
     add_jobs_parser(sub).set_defaults(fn=cmd_jobs)
     add_feishu_parser(sub).set_defaults(fn=cmd_feishu)
+    add_telegram_parser(sub).set_defaults(fn=cmd_telegram)
+    add_wechat_parser(sub).set_defaults(fn=cmd_wechat)
+    add_channels_parser(sub).set_defaults(fn=cmd_channels)
     add_plugins_parser(sub).set_defaults(fn=cmd_plugins)
     h = sub.add_parser("health", help="check database, Redis, workers, beat and provider")
     h.add_argument("--json", action="store_true")

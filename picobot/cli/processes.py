@@ -39,6 +39,14 @@ def feishu_argv(channel: str = "feishu") -> list[str]:
     return [sys.executable, "-m", "picobot", "feishu", "--channel", channel]
 
 
+def telegram_argv(channel: str = "telegram") -> list[str]:
+    return [sys.executable, "-m", "picobot", "telegram", "--channel", channel]
+
+
+def wechat_argv(channel: str = "wechat") -> list[str]:
+    return [sys.executable, "-m", "picobot", "wechat", "--channel", channel]
+
+
 def flower_argv(port: int = 5555) -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "worker.app", "flower", f"--port={port}", "--address=127.0.0.1"]
 
@@ -112,7 +120,7 @@ class Supervisor:
                 child.proc.wait()
 
 
-def up(config: Config, with_flower: bool = False, embedded_redis: bool = False) -> int:
+def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, demo_port: int | None = None) -> int:
     from picobot.cli.embedded_redis import choose_redis
     from picobot.storage.db import Database
 
@@ -131,9 +139,17 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False) 
     pair_line = _pairing_line(config, db)
     env = dict(os.environ, REDIS_URL=redis_url, PICOBOT_HOME=str(config.home))
     children = [Child("web", web_argv(config)), Child("worker", worker_argv()), Child("beat", beat_argv())]
+    if demo_port is not None:  # first: the worker's first model call finds it listening
+        children.insert(0, Child("demo model", [sys.executable, "-m", "picobot.demo.llm", "--port", str(demo_port)]))
     from picobot.cli.feishu import long_connection_channels
 
     children += [Child(f"feishu ({key})", feishu_argv(key)) for key in long_connection_channels(config)]
+    from picobot.cli.telegram import polling_channels
+
+    children += [Child(f"telegram ({key})", telegram_argv(key)) for key in polling_channels(config)]
+    from picobot.cli.wechat import wechat_channels
+
+    children += [Child(f"wechat ({key})", wechat_argv(key)) for key in wechat_channels(config)]
     if with_flower:
         children.append(Child("flower", flower_argv()))
     host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
@@ -143,6 +159,8 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False) 
           f"  chat from a terminal: picobot chat    stop: Ctrl-C", flush=True)
     if pair_line:
         print(pair_line, flush=True)
+    for line in _model_lines(config, demo_port):
+        print(line, flush=True)
     try:
         return Supervisor(children, env).run()
     finally:
@@ -152,6 +170,18 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False) 
                 redis_proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 redis_proc.kill()
+
+
+def _model_lines(config: Config, demo_port: int | None) -> list[str]:
+    """What the banner says about the model: the demo's, or how to set one when none is configured."""
+    if demo_port is not None:
+        return ["  model: the built-in demo model (it streams, calls calculator for arithmetic and get_time "
+                "for the time, and echoes the rest); set a real one with OPENAI_API_KEY or ANTHROPIC_API_KEY"]
+    if config.providers:
+        return []
+    from picobot.cli.first_run import no_model_lines, ollama_models
+
+    return no_model_lines(ollama_models())
 
 
 def _pairing_line(config: Config, db: Any) -> str:

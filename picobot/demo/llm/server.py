@@ -17,8 +17,8 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
-from scripts.fake_llm import wire_anthropic, wire_openai
-from scripts.fake_llm.behaviour import Fault, build_reply
+from picobot.demo.llm import wire_anthropic, wire_openai
+from picobot.demo.llm.behaviour import Fault, build_reply
 
 SECRET_HEADERS = ("authorization", "x-api-key")
 MAX_RECORDED = 1000

@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Any
 
-from scripts.fake_llm.behaviour import Reply, RequestView, split_fixed, split_words
+from picobot.demo.llm.behaviour import Reply, RequestView, split_fixed, split_words
 
 NAME = "openai"
 ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_denied",

@@ -1,0 +1,100 @@
+"""A newcomer's first minute: `picobot up` says how to set a model, offers a local Ollama, and
+`picobot up --demo` answers with the built-in demo model, tool call included, with no key at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from picobot.cli.embedded_redis import free_port
+from picobot.cli.first_run import no_model_lines, ollama_models
+from tests.stack import wait_for
+
+
+class _Ollama(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        body = json.dumps({"object": "list", "data": [{"id": "qwen3:4b", "object": "model"}]}).encode()
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def ollama() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Ollama)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_a_local_ollama_is_found_and_offered(ollama: str) -> None:
+    assert ollama_models(ollama) == ["qwen3:4b"]
+    lines = "\n".join(no_model_lines(["qwen3:4b"]))
+    assert "OPENAI_MODEL=qwen3:4b" in lines and "/v1" in lines
+
+
+def test_no_ollama_means_no_offer_and_the_keys_are_explained() -> None:
+    assert ollama_models(f"http://127.0.0.1:{free_port()}") is None
+    lines = "\n".join(no_model_lines(None))
+    assert "OPENAI_API_KEY" in lines and "ANTHROPIC_API_KEY" in lines and "picobot up --demo" in lines
+    assert "Ollama" not in lines
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "REDIS_URL", "DATABASE_URL"))}
+    env.update(PICOBOT_HOME=str(home), PYTHONUNBUFFERED="1")
+    return env
+
+
+def test_up_demo_answers_with_a_tool_call_and_no_key(tmp_path: Path) -> None:
+    home, port = tmp_path / "home", free_port()
+    home.mkdir()
+    (home / "config.json").write_text(json.dumps({"gateway": {"port": port}}))
+    log = open(tmp_path / "up.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "picobot", "up", "--demo", "--embedded-redis"], env=_env(home),
+                            cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def healthy() -> bool:
+            try:
+                checks = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()["checks"]
+                return checks["provider"]["ok"] and checks["workers"]["ok"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                return False
+
+        wait_for(healthy, 60, "picobot up --demo did not become healthy")
+        chat = subprocess.run([sys.executable, "-m", "picobot", "chat", "-m", "what is 2+3 ?", "--url",
+                               f"ws://127.0.0.1:{port}/ws"], env=_env(home), cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+        assert chat.returncode == 0, chat.stderr
+        assert "The tool calculator returned: 5" in chat.stdout
+        banner = (tmp_path / "up.log").read_text(errors="replace")
+        assert "model: the built-in demo model" in banner and "no model is configured" not in banner
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
+
+
+def test_up_demo_refuses_a_home_whose_config_lists_providers(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.json").write_text(json.dumps({"providers": {"default": {"api_key": "sk-x"}},
+                                                  "models": {"default": {"model_id": "gpt-x"}}}))
+    r = subprocess.run([sys.executable, "-m", "picobot", "up", "--demo"], env=_env(home), cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--demo runs the built-in demo model only when config.json lists no providers" in r.stderr
