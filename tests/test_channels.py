@@ -88,7 +88,7 @@ def rt(tmp_path: Path, llm, redis_url: str, monkeypatch: pytest.MonkeyPatch, sin
     runtime = _runtime(tmp_path, llm, redis_url, monkeypatch, {
         "sink": sink_channel(sink, agent="helper", allow_from=["u_friend", "u_other"]),
         "off": sink_channel(sink, enabled=False),
-        "ghost": {"type": "telegram", "enabled": True},
+        "ghost": {"type": "matrix", "enabled": True},
         "web": {"allow_from": ["*"]},
     })
     yield runtime
@@ -124,7 +124,7 @@ def test_registry_knows_external_channels_and_builds_adapters_lazily(rt: Runtime
     adapter = reg.get("sink")
     assert adapter is not None and adapter is reg.get("sink") and adapter.name == "sink"
     assert reg.get("off") is None and reg.get("web") is None
-    with pytest.raises(ChannelError, match="unknown channel type 'telegram'"):
+    with pytest.raises(ChannelError, match="unknown channel type 'matrix'"):
         reg.adapter("ghost")
 
 
@@ -254,7 +254,7 @@ def test_an_unusable_channel_fails_its_rows_with_a_clear_error(rt: Runtime) -> N
     off, ghost = _rows(rt, "x")
     assert off.status == ghost.status == "failed"
     assert "not a configured, enabled external channel" in off.last_error
-    assert "unknown channel type 'telegram'" in ghost.last_error
+    assert "unknown channel type 'matrix'" in ghost.last_error
 
 
 def test_a_held_lane_is_left_to_its_holder(rt: Runtime, sink: Sink) -> None:

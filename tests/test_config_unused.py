@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picobot.config import AgentConfig, ChannelConfig, Config, ModelConfig
-SHIPPED = frozenset({"feishu"})  # the channel types PicoBot ships (picobot/channels/plugin.py)
+SHIPPED = frozenset({"feishu", "telegram"})  # the channel types PicoBot ships (picobot/channels/plugin.py)
 from picobot.config.unused import UNUSED_KEYS, unused_settings, warning_lines
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,14 +27,14 @@ INERT_CONFIG = {
     "gateway": {"port": 1, "session_ttl_secs": "<TTL>"},
     "scheduler": {"jobs": [{"id": "j", "kind": "internal_event", "schedule": {"type": "delay", "seconds": 1}}]},
     "channels": {"feishu": {"enabled": True, "app_id": "cli_1", "app_secret": "<TEST_KEY>", "verification_token": "<TEST_KEY>"},
-                 "telegram": {"enabled": True, "token": "<TEST_KEY>"}, "web": {"allow_from": ["*"]}},
+                 "matrix": {"enabled": True, "token": "<TEST_KEY>"}, "web": {"allow_from": ["*"]}},
     "subagents": {"enabled": False},
     "skills": {"enabled": False},
     "tools": {"max_parallel": 2, "network": {"allow": ["10.0.0.0/8"]}},
     "time": {"timezone": "UTC"},
 }
 # providers.*.memory_maintenance_timeout_secs is set above and acted on (memory maintenance): no warning
-EXPECTED = {"channels.telegram"}  # scheduler.*, session_ttl_secs and named agents are acted on
+EXPECTED = {"channels.matrix"}  # scheduler.*, session_ttl_secs and named agents are acted on
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
@@ -140,5 +140,5 @@ def test_deeply_nested_free_form_values_do_not_break_the_warnings() -> None:
     # built without validation: the walk over what was set is under test, not pydantic's own limits
     config = Config.model_construct(models={"default": ModelConfig.model_construct(model_id="m", options=deep)},
                                     agents={"default": AgentConfig.model_construct()},
-                                    channels={"telegram": ChannelConfig.model_construct(type="telegram")})
-    assert warning_lines(config, SHIPPED) == [warning_lines(config, SHIPPED)[0]] and "channels.telegram" in warning_lines(config, SHIPPED)[0]
+                                    channels={"matrix": ChannelConfig.model_construct(type="matrix")})
+    assert warning_lines(config, SHIPPED) == [warning_lines(config, SHIPPED)[0]] and "channels.matrix" in warning_lines(config, SHIPPED)[0]

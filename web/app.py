@@ -70,13 +70,18 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     app.register_blueprint(plugins.bp)
     app.register_blueprint(api.bp)
     app.register_blueprint(ui.bp)
-    from web import deliveries
+    from web import channels, deliveries
 
     app.register_blueprint(deliveries.bp)
+    app.register_blueprint(channels.bp)
     if any(c.enabled and c.type == "feishu" for c in runtime.config.channels.values()):
         from web import feishu
 
         feishu.init_app(app)  # POST /feishu/events for channels in webhook mode
+    if any(c.enabled and (c.type or k) == "telegram" for k, c in runtime.config.channels.items()):
+        from web import telegram
+
+        telegram.init_app(app)  # POST /telegram/<channel> for channels in webhook mode
     from picobot.channels.live import start_relay
 
     app.extensions["picobot.live"] = start_relay(runtime)  # reactions / live cards of external channels

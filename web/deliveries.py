@@ -1,6 +1,6 @@
 """/api/deliveries: the outbox to external channels, seen and retried by the owner (docs/CHANNELS.md).
 
-GET /api/deliveries[?status=pending|sent|failed] -> counts by status per channel and the latest
+GET /api/deliveries[?status=pending|sent|failed|deferred] -> counts by status per channel and the latest
 50 rows; POST /api/deliveries/<id>/retry puts a failed row back to pending and wakes its lane.
 """
 
@@ -15,7 +15,7 @@ from picobot.storage import outbox
 
 bp = Blueprint("deliveries", __name__, url_prefix="/api/deliveries")
 
-STATUSES = (outbox.PENDING, outbox.SENT, outbox.FAILED)
+STATUSES = (outbox.PENDING, outbox.SENT, outbox.FAILED, outbox.DEFERRED)
 LATEST = 50
 TEXT_PREVIEW = 200
 

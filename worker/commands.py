@@ -1,10 +1,12 @@
-"""The parts of `picobot feishu` and `picobot jobs run` that need the task system.
+"""The parts of `picobot feishu`, `picobot telegram`, `picobot wechat` and `picobot jobs run` that need the task system.
 
 Those commands check their input in picobot/cli, then replace themselves with
 `python -m worker.commands …` (as `picobot worker` becomes `celery … worker`), so the core never
 imports Celery:
 
     python -m worker.commands feishu CHANNEL     the Feishu long-connection client
+    python -m worker.commands telegram CHANNEL   the Telegram long poller
+    python -m worker.commands wechat CHANNEL     the WeChat (iLink) long poller
     python -m worker.commands jobs run JOB_ID    queue a job's fire task now, as beat would
 """
 
@@ -28,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker.commands")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("feishu").add_argument("channel")
+    sub.add_parser("telegram").add_argument("channel")
+    sub.add_parser("wechat").add_argument("channel")
     from picobot.cli.jobs import add_parser as add_jobs_parser
 
     add_jobs_parser(sub)
@@ -37,6 +41,14 @@ def main(argv: list[str] | None = None) -> int:
         from picobot.cli.feishu import serve
 
         return serve(config, args.channel, _queue(config))
+    if args.command == "telegram":
+        from picobot.cli.telegram import serve as serve_telegram
+
+        return serve_telegram(config, args.channel, _queue(config))
+    if args.command == "wechat":
+        from picobot.cli.wechat import serve as serve_wechat
+
+        return serve_wechat(config, args.channel, _queue(config))
     from picobot.cli.jobs import run
 
     return run(config, args, queue=_queue(config))

@@ -41,8 +41,9 @@ class DeliveryError(Exception):
     """A delivery failed; permanent ones are not retried, transient ones back off (retry_after honoured)."""
 
     def __init__(self, message: str, *, permanent: bool = False, retry_after: float | None = None,
-                 code: str | None = None) -> None:
+                 code: str | None = None, defer: bool = False) -> None:
         super().__init__(message)
+        self.defer = defer  # hold the row (outbox `deferred`) until the chat writes again: a delivery window
         self.permanent = permanent
         self.retry_after = retry_after
         self.code = code

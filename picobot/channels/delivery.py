@@ -9,7 +9,9 @@ first, to the channel's adapter:
   (1, 2, 4 … s capped at 60, or the platform's retry_after), the lane stops there (order!) and is
   re-enqueued with that countdown; a row still failing a day after it was written fails (`gave_up`);
 - permanent DeliveryError: the row is `failed` with its code and error (logged once); the lane
-  moves on.
+  moves on;
+- DeliveryError(defer=True) (a delivery window: the user must write first): the row is `deferred`
+  and the lane moves on; the channel puts it back to pending when that chat writes again.
 
 SQL is the truth: a lost task, a dead worker or a Redis FLUSHALL loses nothing, because the
 sweeper (`recover`) re-enqueues lanes that have due pending rows and no lock holder.
@@ -128,6 +130,9 @@ def _deliver_one(rt: "ChannelPorts", adapter: Any, row: Any) -> str:
     try:
         result = adapter.deliver(delivery)
     except DeliveryError as exc:
+        if exc.defer:
+            _defer(rt, row, str(exc), exc.code)
+            return "deferred"
         if exc.permanent:
             _fail(rt, row, str(exc), exc.code)
             return "failed"
@@ -151,6 +156,13 @@ def _fail(rt: "ChannelPorts", row: Any, error: str, code: str | None) -> None:
     if changed:  # once per row
         log.warning("delivery %d (%s) to %s:%s failed permanently [%s]: %s", row.id, row.kind, row.channel,
                     row.chat_id, code or "-", error)
+
+
+def _defer(rt: "ChannelPorts", row: Any, error: str, code: str | None) -> None:
+    with rt.db.begin() as conn:
+        outbox.mark_deferred(conn, row.id, _clean(rt, error), code)
+    log.info("delivery %d to %s:%s held until the chat writes again [%s]: %s", row.id, row.channel, row.chat_id,
+             code or "-", _clean(rt, error))
 
 
 def _retry_or_give_up(rt: "ChannelPorts", row: Any, error: str, code: str | None, retry_after: float | None) -> str:

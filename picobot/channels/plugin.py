@@ -49,7 +49,46 @@ class ChannelsPlugin:
                     check_channel(key, channel.model_dump())
                 except ConfigError as exc:
                     problems.append((exc.key_path, exc.reason))
+            elif (channel.type or key) == "telegram":
+                from picobot.channels.telegram.config import check_channel as check_telegram
+
+                try:
+                    check_telegram(key, channel.model_dump())
+                except ConfigError as exc:
+                    problems.append((exc.key_path, exc.reason))
+            elif (channel.type or key) == "wechat":
+                from picobot.channels.wechat.config import check_channel as check_wechat
+
+                try:
+                    check_wechat(key, channel.model_dump())
+                except ConfigError as exc:
+                    problems.append((exc.key_path, exc.reason))
         return problems
+
+    @hookimpl
+    def picobot_health(self, ports: "Ports") -> dict[str, Any] | None:
+        """The intake of each enabled Telegram and WeChat channel: polling or not (or login_required), last error."""
+        entries: dict[str, Any] = {}
+        for key, channel in ports.config.channels.items():
+            if (channel.type or key) == "wechat" and channel.enabled:
+                from picobot.channels.wechat.status import health_entry as wechat_entry
+
+                try:
+                    entries[f"channel:{key}"] = wechat_entry(ports, key)
+                except Exception as exc:  # a failing dependency is a result here, not an error
+                    entries[f"channel:{key}"] = {"ok": False, "detail": f"{type(exc).__name__}"}
+                continue
+            if (channel.type or key) != "telegram" or not channel.enabled:
+                continue
+            from picobot.channels.telegram.status import health_entry
+
+            extra = channel.model_extra or {}
+            try:
+                entries[f"channel:{key}"] = health_entry(ports.redis, key, str(extra.get("mode") or "polling"),
+                                                         int(extra.get("poll_timeout_secs") or 25))
+            except Exception as exc:  # a failing dependency is a result here, not an error
+                entries[f"channel:{key}"] = {"ok": False, "detail": f"{type(exc).__name__}"}
+        return entries or None
 
     @hookimpl
     def picobot_turn_committed(self, conn: "Connection", turn: "TurnView", ports: "Ports") -> Callable[[], None] | None:

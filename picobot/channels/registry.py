@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # The channel types PicoBot ships; plugins add theirs through `picobot_channels` (see plugin.py).
-ADAPTER_TYPES = {"feishu": "picobot.channels.feishu.adapter:FeishuAdapter"}
+ADAPTER_TYPES = {"feishu": "picobot.channels.feishu.adapter:FeishuAdapter",
+                 "telegram": "picobot.channels.telegram.adapter:TelegramAdapter",
+                 "wechat": "picobot.channels.wechat.adapter:WeChatAdapter"}
 
 
 class ChannelError(Exception):

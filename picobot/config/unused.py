@@ -33,7 +33,7 @@ class UnusedKey:
 
 
 UNUSED_KEYS: tuple[UnusedKey, ...] = (
-    UnusedKey("channels.*", "no adapter is built for this channel type (known: feishu; web and cli_chat "
+    UnusedKey("channels.*", "no adapter is built for this channel type (known: feishu, telegram, wechat; web and cli_chat "
               "are the built-in socket channels)"),
 )
 

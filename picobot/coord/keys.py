@@ -133,6 +133,26 @@ def telegram_live(turn_id: str) -> str:
     return f"picobot:telegram:live:{turn_id}"
 
 
-def telegram_setup(bot_id: str) -> str:
-    """Set while one process registers the bot's commands / webhook, so the others skip it."""
-    return f"picobot:telegram:setup:{bot_id}"
+def telegram_setup(bot_id: str, what: str) -> str:
+    """Set for a few minutes once a process registered the bot's `what` (commands, webhook): others skip it."""
+    return f"picobot:telegram:setup:{bot_id}:{what}"
+
+
+def telegram_live_lock(turn_id: str) -> str:
+    """Held during one edit of the turn's live message (the answer's edit waits for it)."""
+    return f"picobot:telegram:livelock:{turn_id}"
+
+
+def wechat_poll(channel: str) -> str:
+    """The lease of the one process that long-polls a WeChat channel's account (getupdates)."""
+    return f"picobot:wechat:poll:{channel}"
+
+
+def wechat_status(channel: str) -> str:
+    """JSON {state, detail, at} of a WeChat channel, written by its poller and its adapter; read by /health."""
+    return f"picobot:wechat:status:{channel}"
+
+
+def wechat_typing(channel: str, user_id: str) -> str:
+    """A WeChat user's typing_ticket from getconfig (cached, ≤ 24 h)."""
+    return f"picobot:wechat:typing:{channel}:{user_id}"

@@ -33,6 +33,7 @@ class OutboxStatus(StrEnum):
     PENDING = "pending"
     SENT = "sent"
     FAILED = "failed"
+    DEFERRED = "deferred"  # held until the chat writes again (a platform's delivery window); then pending
 
 
 class ChannelEventStatus(StrEnum):
@@ -243,6 +244,19 @@ class ChannelEventRow(Base):
 
     __table_args__ = (UniqueConstraint("channel", "event_key", name="uq_channel_events_key"),
                       Index("ix_channel_events_status", "status", "received_at"))
+
+
+class ChannelStateRow(Base):
+    """A channel's own small durable state: a poll cursor, per-user reply tokens, dedupe keys."""
+
+    __tablename__ = "channel_state"
+
+    channel: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(String(320), primary_key=True)
+    value: Mapped[dict[str, Any]] = mapped_column(JSON)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (Index("ix_channel_state_updated", "channel", "updated_at"),)
 
 
 class PairingCodeRow(Base):

@@ -16,6 +16,7 @@ from picobot.storage.models import OutboxRow, OutboxStatus
 from picobot.storage.upsert import InsertIfAbsent
 
 PENDING, SENT, FAILED = OutboxStatus.PENDING, OutboxStatus.SENT, OutboxStatus.FAILED
+DEFERRED = OutboxStatus.DEFERRED
 
 _o = OutboxRow.__table__
 # A turn run twice (a worker died after committing) records each delivery once: first one wins.
@@ -108,3 +109,27 @@ def latest(conn: Connection, status: str | None = None, limit: int = 50) -> list
     if status:
         q = q.where(_o.c.status == status)
     return list(conn.execute(q))
+
+
+def progress_of(conn: Connection, row_id: int) -> dict[str, Any]:
+    """What an adapter noted about a row's delivery so far (e.g. the parts already sent); {} when nothing."""
+    result = conn.execute(select(_o.c.result).where(_o.c.id == row_id)).scalar()
+    return dict(result) if isinstance(result, dict) else {}
+
+
+def note_progress(conn: Connection, row_id: int, progress: dict[str, Any]) -> bool:
+    """Keep an adapter's progress on a pending row (in `result`), so a retry resumes where it stopped."""
+    return _set(conn, row_id, PENDING, result=progress)
+
+
+def mark_deferred(conn: Connection, row_id: int, error: str, code: str | None) -> bool:
+    """Hold a pending row until its chat writes again (`release_deferred`); when it was held is kept in `result`."""
+    return _set(conn, row_id, PENDING, status=DEFERRED, last_error=error, error_code=code, next_attempt_at=None,
+                result={"held_at": time.time()})
+
+
+def release_deferred(conn: Connection, channel: str, chat_id: str) -> int:
+    """The chat's held rows back to pending (they keep their place: lanes go in id order); how many."""
+    stmt = (update(_o).where(_o.c.status == DEFERRED, _o.c.channel == channel, _o.c.chat_id == chat_id)
+            .values(status=PENDING, attempts=0, updated_at=time.time()))
+    return conn.execute(stmt).rowcount

@@ -99,7 +99,8 @@ def _start_tag(text: str, i: int, offset: int, stack: list[dict[str, Any]], leng
 def _check_nesting(tag: str, stack: list[dict[str, Any]], offset: int) -> None:
     inside = [s["tag"] for s in stack]
     if "code" in inside or ("pre" in inside and not (tag == "code" and inside[-1] == "pre")):
-        raise EntityError(f"can't parse entities: [strict fake] tag \"{tag}\" inside a code block at byte offset {offset}")
+        raise EntityError(f"can't parse entities: [strict fake] tag \"{tag}\" inside a code block at byte offset "
+                          f"{offset}")
     if tag == "blockquote" and "blockquote" in inside:
         raise EntityError(f"can't parse entities: [strict fake] nested blockquote at byte offset {offset}")
     if tag == "a" and "a" in inside:

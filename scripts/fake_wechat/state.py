@@ -19,7 +19,7 @@ QR_STATES = ("wait", "scaned", "confirmed", "expired", "scaned_but_redirect", "b
 
 
 def aes_ecb(data: bytes, key: bytes, encrypt: bool) -> bytes:
-    cipher = Cipher(algorithms.AES(key), modes.ECB())  # noqa: S305 — the platform's scheme
+    cipher = Cipher(algorithms.AES(key), modes.ECB())
     if encrypt:
         padder = padding.PKCS7(128).padder()
         enc = cipher.encryptor()
@@ -34,6 +34,7 @@ class IlinkState:
         self.lock = threading.Condition()
         self.bot_id = "fakebot@im.bot"
         self.tokens: set[str] = set()
+        self.issued: list[str] = []  # every token ever handed out (tests check none leaks into logs)
         self.qrs: dict[str, dict[str, Any]] = {}  # key -> {"status", "queue": [next statuses], "polls", "hosts"}
         self.qr_plan: list[str] = []  # statuses the next QR goes through, one per status poll (then "wait")
         self.log: list[dict[str, Any]] = []  # every message ever offered to getupdates, in order
@@ -75,6 +76,7 @@ class IlinkState:
             if status == "confirmed":
                 token = "tok-" + uuid.uuid4().hex
                 self.tokens.add(token)
+                self.issued.append(token)
                 qr["status"] = "used"
                 return {"ret": 0, "status": "confirmed", "bot_token": token, "ilink_bot_id": self.bot_id,
                         "ilink_user_id": "owner@im.wechat", "baseurl": ""}
@@ -93,6 +95,7 @@ class IlinkState:
         token = "tok-" + uuid.uuid4().hex
         with self.lock:
             self.tokens.add(token)
+            self.issued.append(token)
         return token
 
     def expire_session(self) -> None:

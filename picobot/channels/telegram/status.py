@@ -13,17 +13,18 @@ from typing import Any
 
 from picobot.coord import keys
 
-TTL_SECS = 120
+TTL_SECS = 120  # the poller's: a dead poller's "polling" goes away by itself
+WEBHOOK_TTL_SECS = 7 * 86400
 
 
-def write(r: Any, channel: str, **fields: Any) -> None:
+def write(r: Any, channel: str, ttl: int = TTL_SECS, **fields: Any) -> None:
     """Merge fields into the heartbeat (best effort: a Redis error is the caller's to ignore)."""
     values = {k: ("" if v is None else str(v)) for k, v in fields.items()}
     values["heartbeat_at"] = f"{time.time():.3f}"
     key = keys.telegram_status(channel)
     pipe = r.pipeline()
     pipe.hset(key, mapping=values)
-    pipe.expire(key, TTL_SECS)
+    pipe.expire(key, ttl)
     pipe.execute()
 
 

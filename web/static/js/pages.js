@@ -9,6 +9,7 @@ export const PAGES = [
   { id: "config", title: "Config", icon: "sliders", group: "manage", load: () => import("./pages/config.js") },
   { id: "devices", title: "Devices", icon: "devices", group: "manage", load: () => import("./pages/devices.js") },
   { id: "skills", title: "Skills", icon: "book", group: "manage", load: () => import("./pages/skills.js") },
+  { id: "channels", title: "Channels", icon: "chat", group: "manage", load: () => import("./pages/channels.js") },
   { id: "mcp", title: "MCP servers", icon: "tool", group: "manage", load: () => import("./pages/mcp.js") },
   { id: "plugins", title: "Plugins", icon: "tool", group: "manage", load: () => import("./pages/plugins.js") },
   { id: "memories", title: "Memories", icon: "brain", group: "manage", load: () => import("./pages/memories.js") },

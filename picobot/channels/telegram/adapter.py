@@ -1,0 +1,160 @@
+"""TelegramAdapter: delivers outbox rows to Telegram and normalises stored updates.
+
+Markdown becomes Telegram HTML (markup.py), cut into parts of at most 4096 UTF-16 units with their
+tags balanced (split.py); plain rows (notices) go without parse_mode. The first part replies to the
+user's message (`reply_parameters`, sent even when that message is gone). A part Telegram cannot
+parse ("can't parse entities") is sent again as its plain text. Telegram has no idempotency key, so
+each part sent is noted on the outbox row (`result.sent`: part index -> message id) right after
+Telegram accepts it: a retried delivery skips those parts. A part is shown twice only if the worker
+dies between Telegram's answer and that note (docs/CHANNELS.md). With `live_updates` the turn's live
+message (live.py) is edited into the answer's first part instead of sending a new one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from picobot.channels.base import Capabilities, Delivery, DeliveryError, LiveHooks
+from picobot.channels.telegram.api import TelegramApi, TelegramError
+from picobot.channels.telegram.config import TelegramConfig
+from picobot.channels.telegram.inbound import message_id_of
+from picobot.channels.telegram.markup import to_html
+from picobot.channels.telegram.split import MAX_UNITS, split_html, split_plain, visible
+from picobot.coord import keys
+from picobot.storage import outbox
+
+if TYPE_CHECKING:
+    from picobot.channels.ports import ChannelPorts
+    from picobot.gateway.inbound import InboundMessage
+
+log = logging.getLogger("picobot.channels.telegram")
+
+LIVE_WAIT_SECS = 5.0  # how long deliver() waits for a live message being sent
+
+
+def _decode(raw: Any) -> str | None:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+class TelegramAdapter:
+    def __init__(self, name: str, config: Any, rt: ChannelPorts):
+        self.name = name
+        self.cfg = config if isinstance(config, TelegramConfig) else TelegramConfig.from_channel(config)
+        self.rt = rt
+        self.api = TelegramApi(self.cfg.token, self.cfg.base_url, redis=rt.redis)
+        self.capabilities = Capabilities(max_message_chars=MAX_UNITS, edits=True,
+                                         reactions=bool(self.cfg.reaction_emoji), markdown=True, live=True)
+        self._live: LiveHooks | None = None
+
+    def live(self) -> LiveHooks | None:
+        if self._live is None:
+            from picobot.channels.telegram.live import TelegramLive
+
+            self._live = TelegramLive(self)
+        return self._live
+
+    # ---- inbound -----------------------------------------------------------------------------
+
+    def normalize(self, event: dict) -> list[InboundMessage]:
+        from picobot.channels.telegram.inbound import Reader
+
+        media = self.cfg.media_path(self.rt.config.home, self.name)
+        return Reader(self.cfg, self.api, media, self.name).to_inbound(event)
+
+    # ---- outbound ----------------------------------------------------------------------------
+
+    def deliver(self, delivery: Delivery) -> dict | None:
+        try:
+            return self._deliver(delivery)
+        except TelegramError as exc:
+            raise DeliveryError(str(exc), permanent=exc.permanent, retry_after=exc.retry_after,
+                                code=None if exc.code is None else str(exc.code)) from None
+
+    def _deliver(self, d: Delivery) -> dict[str, Any]:
+        payload = d.payload or {}
+        text = str(payload.get("text") or "")
+        plain = d.kind == "notice" or payload.get("format") == "plain"
+        parts = split_plain(text) if plain else split_html(to_html(text))
+        with self.rt.db.connect() as conn:
+            progress = outbox.progress_of(conn, d.id)
+        sent: dict[str, int] = dict(progress.get("sent") or {})
+        chat_id = str(progress.get("chat_id") or d.chat_id)  # a group that became a supergroup moved
+        reply_to = message_id_of(payload.get("reply_to")) if d.kind != "message" else None
+        turn_id = payload.get("turn_id")
+        if parts and "0" not in sent and d.kind == "reply" and self.cfg.live_updates and turn_id:
+            live_id = self._finish_live(chat_id, str(turn_id), parts[0])
+            if live_id is not None:
+                sent["0"] = live_id
+                self._note(d, sent, chat_id)
+        for index, part in enumerate(parts):
+            if str(index) in sent:
+                continue  # sent by an earlier attempt
+            message_id, chat_id = self._send(chat_id, part, html=not plain, reply_to=reply_to if index == 0 else None)
+            sent[str(index)] = message_id
+            self._note(d, sent, chat_id)
+        return {"message_ids": [sent[str(i)] for i in range(len(parts))], "sent": sent, "chat_id": chat_id}
+
+    def _note(self, d: Delivery, sent: dict[str, int], chat_id: str) -> None:
+        with self.rt.db.begin() as conn:
+            outbox.note_progress(conn, d.id, {"sent": sent, "chat_id": chat_id})
+
+    def _send(self, chat_id: str, part: str, *, html: bool, reply_to: int | None) -> tuple[int, str]:
+        """(message id, chat id) of one part; a part Telegram cannot parse goes again as plain text."""
+        try:
+            return self.api.send_message(chat_id, part, html=html, reply_to=reply_to), chat_id
+        except TelegramError as exc:
+            if exc.migrate_to_chat_id is not None:
+                log.info("telegram (%s): chat %s is now %s; sending there", self.name, chat_id, exc.migrate_to_chat_id)
+                return self._send(str(exc.migrate_to_chat_id), part, html=html, reply_to=None)
+            if not (html and exc.says("can't parse entities")):
+                raise
+            log.warning("telegram (%s): a part did not parse as HTML (%s); sent as plain text", self.name,
+                        exc.description[:200])
+        return self.api.send_message(chat_id, visible(part), html=False, reply_to=reply_to), chat_id
+
+    # ---- the turn's live message -------------------------------------------------------------
+
+    def _live_record(self, turn_id: str) -> dict | None:
+        """The turn's live message, waiting briefly for one being sent; None = there is none (and none will be)."""
+        key, r = keys.telegram_live(turn_id), self.rt.redis
+        if r.set(key, "none", nx=True, ex=3600):
+            return None
+        deadline = time.monotonic() + LIVE_WAIT_SECS
+        raw = _decode(r.get(key))
+        while raw == "pending" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            raw = _decode(r.get(key))
+        try:
+            record = json.loads(raw) if raw and raw not in ("none", "pending") else None
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) and isinstance(record.get("message_id"), int) else None
+
+    def _finish_live(self, chat_id: str, turn_id: str, part: str) -> int | None:
+        """Edit the live message into the answer's first part; its id, or None to send a new message."""
+        record = self._live_record(turn_id)
+        if record is None:
+            return None
+        r = self.rt.redis
+        r.set(keys.telegram_live(turn_id), json.dumps({**record, "final": True}), ex=3600)  # live.py stops here
+        deadline = time.monotonic() + LIVE_WAIT_SECS
+        while not r.set(keys.telegram_live_lock(turn_id), "final", nx=True, px=10_000):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        try:
+            self.api.edit_message_text(chat_id, record["message_id"], part, html=True)
+        except TelegramError as exc:
+            if exc.says("can't parse entities"):
+                self.api.edit_message_text(chat_id, record["message_id"], visible(part), html=False)
+            elif exc.permanent:  # gone (deleted by the user, too old): the answer goes as a new message
+                log.info("telegram (%s): live message of turn %s not editable (%s)", self.name, turn_id, exc.code)
+                return None
+            else:
+                raise
+        finally:
+            r.delete(keys.telegram_live_lock(turn_id))
+        return int(record["message_id"])

@@ -1,0 +1,1 @@
+"""The WeChat channel: Tencent's iLink bot API (QR login, getupdates long poll, sendmessage)."""
