@@ -39,6 +39,7 @@ class IlinkState:
         self.qr_plan: list[str] = []  # statuses the next QR goes through, one per status poll (then "wait")
         self.log: list[dict[str, Any]] = []  # every message ever offered to getupdates, in order
         self.sent: list[dict[str, Any]] = []  # accepted sendmessage bodies (msg), one per client_id
+        self.sent_at: list[float] = []  # when each of `sent` was accepted (delivery-lag figures)
         self.duplicates = 0  # sendmessage calls whose client_id was accepted before
         self.rejected: list[dict[str, Any]] = []  # sendmessage calls answered with an error
         self.typing: list[dict[str, Any]] = []
@@ -166,6 +167,7 @@ class IlinkState:
                 self.duplicates += 1
                 return {"ret": 0}
             self.sent.append(msg)
+            self.sent_at.append(time.time())
             self.lock.notify_all()
         return {"ret": 0}
 

@@ -30,6 +30,13 @@ export class Transcript {
     this.empty = h("div", { class: "empty" }, h("div", { class: "empty-title" }, "Start a conversation"),
       h("div", { class: "muted" }, "Ask anything. PicoBot can use tools, and you can attach images."));
     this.el = h("div", { class: "transcript" }, this.earlier, this.empty, this.list, this.liveEl, this.pendingEl);
+    // Off-screen messages (content-visibility) settle their real height frames later, on a busy
+    // machine many frames later: while the reader is at the end, every size change keeps them there.
+    this.pinned = true;
+    scroller.addEventListener("scroll", () => { this.pinned = this.atBottom(); }, { passive: true });
+    if (typeof ResizeObserver === "function") {
+      new ResizeObserver(() => { if (this.pinned) scroller.scrollTop = scroller.scrollHeight; }).observe(this.el);
+    }
   }
 
   atBottom(slack = STICK_PX) {
