@@ -18,7 +18,7 @@ from scripts.bench.common import HEADER, ROOT, Result, metric_rows, table
 
 BENCHES = ("overhead", "concurrency", "cpu", "memory", "fake_llm", "prompt_cost", "mcp_call", "chat_cli",
            "compaction", "subagent", "memory_search", "scheduler",
-           "feishu", "plugin_hooks")
+           "feishu", "plugin_hooks", "channels")
 
 
 def main() -> int:
