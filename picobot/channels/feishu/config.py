@@ -92,21 +92,7 @@ class FeishuConfig(BaseModel):
 
 
 def check_channel(key: str, data: dict[str, Any]) -> FeishuConfig:
-    """Validate the section `channels.<key>`; ConfigError names the key path of the first problem."""
-    from pydantic import ValidationError
+    """Validate `channels.<key>`; ConfigError names the key path of the first problem."""
+    from picobot.channels.config_check import check_section
 
-    from picobot.errors import ConfigError
-
-    try:
-        cfg = FeishuConfig.model_validate(data)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        if error["type"] == "extra_forbidden":
-            reason = f"unknown key (known: {', '.join(sorted(FeishuConfig.model_fields))})"
-        else:
-            reason = error["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"channels.{key}.{where}", reason) from None
-    for name, reason in cfg.problems():
-        raise ConfigError(f"channels.{key}.{name}", reason)
-    return cfg
+    return check_section(FeishuConfig, key, data)

@@ -111,20 +111,6 @@ class TelegramConfig(BaseModel):
 
 def check_channel(key: str, data: dict[str, Any]) -> TelegramConfig:
     """Validate `channels.<key>`; ConfigError names the key path of the first problem."""
-    from pydantic import ValidationError
+    from picobot.channels.config_check import check_section
 
-    from picobot.errors import ConfigError
-
-    try:
-        cfg = TelegramConfig.model_validate(data)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        if error["type"] == "extra_forbidden":
-            reason = f"unknown key (known: {', '.join(sorted(TelegramConfig.model_fields))})"
-        else:
-            reason = error["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"channels.{key}.{where}", reason) from None
-    for name, reason in cfg.problems():
-        raise ConfigError(f"channels.{key}.{name}", reason)
-    return cfg
+    return check_section(TelegramConfig, key, data)

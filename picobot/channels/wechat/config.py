@@ -74,17 +74,6 @@ class WeChatConfig(BaseModel):
 
 def check_channel(key: str, data: dict[str, Any]) -> WeChatConfig:
     """Validate `channels.<key>`; ConfigError names the key path of the first problem."""
-    from pydantic import ValidationError
+    from picobot.channels.config_check import check_section
 
-    from picobot.errors import ConfigError
-
-    try:
-        return WeChatConfig.model_validate(data)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        if error["type"] == "extra_forbidden":
-            reason = f"unknown key (known: {', '.join(sorted(WeChatConfig.model_fields))})"
-        else:
-            reason = error["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"channels.{key}.{where}", reason) from None
+    return check_section(WeChatConfig, key, data)
