@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import random
 import signal
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from picobot.channels import polling
 from picobot.channels.feishu.singleton import RedisLease, feishu_lock_key
 from picobot.channels.feishu.ws_sdk import EventSink, client_class, describe, load_sdk
 
@@ -43,9 +43,8 @@ SHUTDOWN_DEADLINE_SECS = 5.0
 
 
 def backoff_delay(attempt: int, rand: Callable[[], float] = random.random) -> float:
-    """Seconds before retry number `attempt` (0-based): 0.5-1 s, 1-2 s, 2-4 s, … up to BACKOFF_CAP_SECS."""
-    ceiling = min(BACKOFF_CAP_SECS, BACKOFF_BASE_SECS * 2 ** min(attempt, 16))
-    return ceiling * (0.5 + rand() / 2)
+    """Seconds before retry `attempt` (0-based): 0.5-1 s, 1-2 s, 2-4 s, … up to BACKOFF_CAP_SECS."""
+    return polling.backoff_delay(attempt, rand, base=BACKOFF_BASE_SECS, cap=BACKOFF_CAP_SECS)
 
 
 def _off_loop(fn: Callable[[], Any]) -> asyncio.Future:
@@ -276,7 +275,4 @@ def _finish(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _exit_after(seconds: float) -> None:
-    time.sleep(seconds)
-    log.warning("feishu long connection: not stopped within %.0f s; exiting now", seconds)
-    logging.shutdown()
-    os._exit(0)  # a stop was asked for and every acknowledged event is already in SQL: nothing is lost
+    polling.exit_after(seconds, "feishu long connection")

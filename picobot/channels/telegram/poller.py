@@ -22,6 +22,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from picobot.channels import polling
 from picobot.channels.telegram import intake, setup, status
 from picobot.channels.telegram.api import TelegramApi, TelegramError
 from picobot.coord import KeptLease, keys
@@ -45,8 +46,7 @@ class _Stopping(Exception):
 
 def backoff_delay(attempt: int, rand: Callable[[], float] = random.random) -> float:
     """Seconds before retry `attempt` (0-based): 0.5-1 s, 1-2 s, 2-4 s, … up to BACKOFF_CAP_SECS."""
-    ceiling = min(BACKOFF_CAP_SECS, 2.0 ** min(attempt, 16))
-    return ceiling * (0.5 + rand() / 2)
+    return polling.backoff_delay(attempt, rand, base=1.0, cap=BACKOFF_CAP_SECS)
 
 
 class Poller:
@@ -241,7 +241,4 @@ class Poller:
 
 
 def _exit_after(seconds: float) -> None:
-    time.sleep(seconds)
-    log.warning("telegram poller: not stopped within %.0f s; exiting now", seconds)
-    logging.shutdown()
-    os._exit(0)  # every update it confirmed is in SQL: nothing is lost
+    polling.exit_after(seconds, "telegram poller")

@@ -16,7 +16,6 @@ is abandoned (its messages were not confirmed: the cursor did not move).
 from __future__ import annotations
 
 import logging
-import os
 import random
 import signal
 import threading
@@ -25,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from picobot.channels import polling
 from picobot.channels.wechat import creds, intake, state, status
 from picobot.channels.wechat.api import IlinkApi, IlinkError
 from picobot.coord import KeptLease, keys
@@ -48,8 +48,8 @@ class _Stopping(Exception):
 
 
 def backoff_delay(attempt: int, rand: Callable[[], float] = random.random) -> float:
-    ceiling = min(BACKOFF_CAP_SECS, 2.0 ** min(attempt, 16))
-    return ceiling * (0.5 + rand() / 2)
+    """Seconds before retry `attempt` (0-based): 0.5-1 s, 1-2 s, 2-4 s, … up to BACKOFF_CAP_SECS."""
+    return polling.backoff_delay(attempt, rand, base=1.0, cap=BACKOFF_CAP_SECS)
 
 
 class Poller:
@@ -222,7 +222,4 @@ class Poller:
 
 
 def _exit_after(seconds: float) -> None:
-    time.sleep(seconds)
-    log.warning("wechat poller: not stopped within %.0f s; exiting now", seconds)
-    logging.shutdown()
-    os._exit(0)
+    polling.exit_after(seconds, "wechat poller")
