@@ -63,3 +63,20 @@ def sendable_content(content: Any) -> Content:
     except (RecursionError, ValueError):  # nested too deep to print: the row says nothing usable
         return UNREADABLE
 
+
+
+class TooDeep(ValueError):
+    """A JSON value that nests deeper than the caller allows."""
+
+
+def repair_tree(value: Any, max_depth: int, depth: int = 0) -> Any:
+    """A JSON value with every string and key repaired (lone surrogates, NUL); TooDeep past `max_depth`."""
+    if depth > max_depth:
+        raise TooDeep(f"deeper than {max_depth} levels")
+    if isinstance(value, str):
+        return repair_text(value)
+    if isinstance(value, dict):
+        return {repair_text(str(k)): repair_tree(v, max_depth, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [repair_tree(v, max_depth, depth + 1) for v in value]
+    return value

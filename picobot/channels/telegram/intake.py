@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from picobot.config.access import allowed
-from picobot.domain.text import repair_text
+from picobot.domain.text import TooDeep, repair_tree
 
 if TYPE_CHECKING:
     from picobot.channels.ports import ChannelPorts
@@ -30,17 +30,12 @@ class Malformed(ValueError):
     """Not an update Telegram would send."""
 
 
-def clean(value: Any, depth: int = 0) -> Any:
+def clean(value: Any) -> Any:
     """A JSON value with lone surrogates and NUL replaced; Malformed when it nests too deep."""
-    if depth > MAX_DEPTH:
-        raise Malformed(f"the update nests deeper than {MAX_DEPTH} levels")
-    if isinstance(value, str):
-        return repair_text(value)
-    if isinstance(value, dict):
-        return {repair_text(str(k)): clean(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clean(v, depth + 1) for v in value]
-    return value
+    try:
+        return repair_tree(value, MAX_DEPTH)
+    except TooDeep:
+        raise Malformed(f"the update nests deeper than {MAX_DEPTH} levels") from None
 
 
 def _int(value: Any) -> bool:
