@@ -8,6 +8,9 @@ import sys
 
 from picobot.config import Config
 from picobot.config.secrets import secret_values
+from picobot.errors import ConfigError
+from picobot.observability.logs import TraceContextFilter, formatter
+from picobot.logstream.capture import install_capture
 from picobot.security.redact import redact
 
 
@@ -36,15 +39,34 @@ def setup_logging(config: Config, level: str | None = None) -> None:
     level = level or os.environ.get("PICOBOT_LOG_LEVEL", "INFO")
     root = logging.getLogger()
     secrets = secret_values(config)
+    install_capture(config, RedactingFilter(secrets))  # recent lines to Redis for the Logs page
     for handler in root.handlers:
         if getattr(handler, "_picobot", False):
-            handler.filters = [RedactingFilter(secrets)]
+            handler.filters = _filters(config, secrets)
+            handler.setFormatter(formatter(log_format(config)))
             return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(RedactingFilter(secrets))
+    handler.setFormatter(formatter(log_format(config)))  # text, or json (logging.format, PICOBOT_LOG_FORMAT)
+    handler.filters = _filters(config, secrets)
     handler._picobot = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level.upper())
     for noisy in ("httpx", "httpcore", "openai", "anthropic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def log_format(config: Config) -> str:
+    """`text` or `json`: PICOBOT_LOG_FORMAT, else `logging.format`; a bad value stops the start."""
+    value = os.environ.get("PICOBOT_LOG_FORMAT", "").strip().lower() or config.logging.format
+    if value not in ("text", "json"):
+        raise ConfigError("PICOBOT_LOG_FORMAT", "must be text or json")
+    return value
+
+
+def _filters(config: Config, secrets: set[str]) -> list[logging.Filter]:
+    """Redaction first (what is formatted is masked); the trace ids when tracing is on."""
+    found: list[logging.Filter] = [RedactingFilter(secrets)]
+    if config.tracing.enabled:
+        found.append(TraceContextFilter())
+    return found
+

@@ -70,10 +70,21 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     app.register_blueprint(plugins.bp)
     app.register_blueprint(api.bp)
     app.register_blueprint(ui.bp)
-    from web import channels, deliveries
+    from web import agent_runs, channels, deliveries
 
     app.register_blueprint(deliveries.bp)
     app.register_blueprint(channels.bp)
+    from web import metrics
+
+    metrics.init_app(app)  # GET /metrics (metrics.enabled)
+    from web import openai_api
+
+    openai_api.init_app(app)  # /v1: OpenAI-compatible API, its own bearer auth (404 unless enabled)
+    app.register_blueprint(agent_runs.bp)
+    from web import config_edit, logs
+
+    app.register_blueprint(config_edit.bp)  # PATCH /api/config, GET /api/config/editable
+    app.register_blueprint(logs.bp)  # GET /api/logs
     if any(c.enabled and c.type == "feishu" for c in runtime.config.channels.values()):
         from web import feishu
 
@@ -82,6 +93,9 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
         from web import telegram
 
         telegram.init_app(app)  # POST /telegram/<channel> for channels in webhook mode
+    from web import webhooks
+
+    webhooks.init_app(app)  # POST /hooks/<name> (signed), GET /hooks/runs/<id>, GET /api/hooks
     from picobot.channels.live import start_relay
 
     app.extensions["picobot.live"] = start_relay(runtime)  # reactions / live cards of external channels

@@ -30,6 +30,8 @@ COOKIE = "picobot_token"
 COOKIE_MAX_AGE = 400 * 24 * 3600  # the longest lifetime Chromium accepts for a cookie
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 OPEN_PATHS = {"/health", "/pair", "/api/pair"}
+LOCAL_OPEN_PATHS = {"/metrics"}  # open to a client on this machine, else a paired token like /api
+FORWARDING_HEADERS = ("X-Forwarded-For", "Forwarded", "X-Real-IP")
 OPEN_ASSET = re.compile(r"^/assets/[0-9a-f]+/(css|img)/[\w.-]+$")  # what the pairing page loads
 HOW_TO_PAIR = ("This device is not paired with PicoBot. On the server run `picobot pair` and open the URL "
                "it prints (or enter its code at /pair); terminal clients pass --token or PICOBOT_TOKEN.")
@@ -91,7 +93,8 @@ def is_webhook_path(path: str) -> bool:
 
 
 def _is_api(path: str) -> bool:
-    return path == "/ws" or path.startswith("/api/") or path == "/api"
+    return (path == "/ws" or path.startswith(("/api/", "/hooks/")) or path == "/api"
+            or path in LOCAL_OPEN_PATHS)
 
 
 def guard() -> Any:
@@ -103,6 +106,9 @@ def guard() -> Any:
         return _refuse(403, "cross_site", "Cross-site requests are refused; use PicoBot from its own address.")
     if path in OPEN_PATHS or OPEN_ASSET.match(path):
         return None
+    if path in LOCAL_OPEN_PATHS and request.method in SAFE_METHODS and local_client(
+            request.remote_addr, _forwarded(), _runtime().config.gateway.trusted_proxies):
+        return None  # a scraper on this machine (see local_client)
     if not _runtime().config.gateway.pairing_required:
         g.device = None
         return None
@@ -115,6 +121,27 @@ def guard() -> Any:
     g.device = device
     g.auth_via = via
     return None
+
+
+def local_client(remote_addr: str | None, forwarded: bool, trusted_proxies: int) -> bool:
+    """Whether a request comes from this machine itself (a loopback address), for /metrics.
+
+    With `trusted_proxies: 0` a request that carries forwarding headers is never local: a reverse
+    proxy on this machine would make every outside client look like 127.0.0.1. With proxies trusted,
+    `remote_addr` is already the client the proxies report (ProxyFix), so loopback there is local.
+    """
+    if forwarded and trusted_proxies <= 0:
+        return False
+    try:
+        ip = ipaddress.ip_address((remote_addr or "").strip())
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def _forwarded() -> bool:
+    return any(h in request.headers for h in FORWARDING_HEADERS)
 
 
 def _refuse(status: int, code: str, text: str) -> Response:

@@ -11,7 +11,7 @@ from picobot.config import Config
 from picobot.runtime.redis_url import resolve_redis_url
 from picobot.app import App as Runtime, build_runtime
 from picobot.runtime.task_names import (
-    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB,
+    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB,
     MEMORY_MAINTENANCE_TASK, QUEUE_MAINTENANCE, QUEUE_OUTBOUND, QUEUE_SCHEDULED, QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK,
     SWEEP_TASK, TURN_TASK,
 )
@@ -59,7 +59,8 @@ def make_celery(config: Config) -> PicoCelery:
                      COMPACT_TASK: {"queue": QUEUE_MAINTENANCE}, SUBAGENT_TASK: {"queue": QUEUE_SUBAGENTS},
                      MEMORY_MAINTENANCE_TASK: {"queue": QUEUE_MAINTENANCE},
                      JOB_FIRE_TASK: {"queue": QUEUE_SCHEDULED}, JOB_SYNC_TASK: {"queue": QUEUE_SCHEDULED},
-                     DELIVER_TASK: {"queue": QUEUE_OUTBOUND}, CHANNEL_EVENT_TASK: {"queue": QUEUE_OUTBOUND}},
+                     DELIVER_TASK: {"queue": QUEUE_OUTBOUND}, CHANNEL_EVENT_TASK: {"queue": QUEUE_OUTBOUND},
+                     HOOK_CALLBACK_TASK: {"queue": QUEUE_OUTBOUND}},
         task_serializer="json", accept_content=["json"],
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
@@ -83,6 +84,10 @@ def make_celery(config: Config) -> PicoCelery:
         timezone=config.time.timezone,
     )
     tasks.register(app, lambda: app.runtime)
+    if config.tracing.enabled:  # carry the W3C trace context in task headers (worker/tracing.py)
+        from worker.tracing import connect as connect_tracing
+
+        connect_tracing(config)
     signals.worker_ready.connect(_on_worker_ready, sender=None, weak=False)
     return app
 
@@ -109,6 +114,14 @@ def _memory_maintenance_entry(config: Config) -> dict:
                                      "options": {"queue": QUEUE_MAINTENANCE, "expires": 3600}}}
 
 
+def _beat(rt: Runtime, publish_mcp) -> None:  # type: ignore[no-untyped-def]
+    """Each heartbeat: the MCP servers' states, then the plugins' (the worker's metric samples)."""
+    try:
+        publish_mcp(rt.redis, rt.worker_name, rt.mcp_statuses())
+    finally:
+        rt.plugins.call("picobot_heartbeat", ports=rt)
+
+
 def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def]
     from picobot.mcp.status import publish as publish_mcp
     from picobot.runtime.heartbeat import start_heartbeat
@@ -122,7 +135,7 @@ def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def
     sandbox = announce(rt.config)
     rt.tools()  # MCP servers start connecting now, in the background
     start_heartbeat(rt.redis, rt.worker_name, rt.active_turn_ids, {"sandbox": sandbox.as_check()},
-                    on_beat=lambda: publish_mcp(rt.redis, rt.worker_name, rt.mcp_statuses()),
+                    on_beat=lambda: _beat(rt, publish_mcp),
                     live_facts=lambda: {"plugins": rt.plugins.statuses()})
     app.send_task(SWEEP_TASK, queue=QUEUE_MAINTENANCE)  # recover what a previous run left behind
     log.info("worker %s ready", rt.worker_name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import Celery
 
 from picobot.runtime.task_names import (
-    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, JOB_FIRE_TASK, QUEUE_OUTBOUND, QUEUE_MAINTENANCE, QUEUE_SCHEDULED, QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK,
+    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_TASK, QUEUE_OUTBOUND, QUEUE_MAINTENANCE, QUEUE_SCHEDULED, QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK,
     TURN_TASK,
 )
 
@@ -36,3 +36,7 @@ class CeleryTaskQueue:
 
     def enqueue_channel_event(self, event_id: int) -> None:
         self.app.send_task(CHANNEL_EVENT_TASK, args=[event_id], queue=QUEUE_OUTBOUND)
+
+    def enqueue_hook_callback(self, run_id: str, countdown: float = 0) -> None:
+        """One attempt at a webhook run's result callback (after `countdown` seconds: a backoff)."""
+        self.app.send_task(HOOK_CALLBACK_TASK, args=[run_id], queue=QUEUE_OUTBOUND, countdown=countdown or None)

@@ -10,7 +10,7 @@ from picobot.memory.compactor import run_background
 from picobot.memory.maintenance import run_maintenance
 from picobot.runtime.sweeper import sweep
 from picobot.runtime.task_names import (
-    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_TASK, SUBAGENT_TASK, SWEEP_TASK, TURN_TASK,
+    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_TASK, SUBAGENT_TASK, SWEEP_TASK, TURN_TASK,
 )
 from picobot.runtime.turn_runner import drain_session
 from picobot.subagents.background import run_background_run
@@ -74,3 +74,10 @@ def register(app: Celery, runtime: Callable[[], "Runtime"]) -> None:
         from picobot.channels.events import process
 
         return process(runtime(), int(event_id))
+
+    @app.task(name=HOOK_CALLBACK_TASK, ignore_result=True)
+    def hook_callback(run_id: str) -> str:
+        """One attempt at an inbound webhook run's signed result POST (see picobot.webhooks.callback)."""
+        from picobot.webhooks.callback import send
+
+        return send(runtime(), run_id)

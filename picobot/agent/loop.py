@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
@@ -17,7 +18,7 @@ from picobot.agent.tool_batch import ToolBatch, ordering
 from picobot.agent.stream import pump
 from picobot.domain.messages import ChatMessage, ToolCall, Usage, text_of
 from picobot.errors import ContextLengthExceeded, ProviderError, TurnCancelled
-from picobot.plugins.types import Deny, ModelResponse, StageContext, ToolCallView
+from picobot.plugins.types import Deny, ModelCallView, ModelResponse, StageContext, ToolCallRecord, ToolCallView
 from picobot.security.redact import replace_secrets
 from picobot.providers.base import ChatRequest, Completed, Provider, ReasoningDelta, TextDelta, ToolCallDelta
 from picobot.tools.base import RunningAgent, ToolContext, ToolResult
@@ -170,8 +171,23 @@ class AgentLoop:
         request = ChatRequest(model=s.model, messages=messages, tools=self.tools.specs(),
                               temperature=s.temperature, max_tokens=s.max_tokens, options=dict(s.options))
         controller.model_call_started()
+        if self.hooks is None or not self.hooks.has("picobot_model_call"):
+            return self._consume(request, result, ctx, controller, None)
+        watch = _CallWatch(s.model, self.provider.key)
+        try:
+            return self._consume(request, result, ctx, controller, watch)
+        except BaseException as exc:
+            watch.error = type(exc).__name__
+            raise
+        finally:
+            self.hooks.call("picobot_model_call", ctx=self._stage, call=watch.view())
+
+    def _consume(self, request: ChatRequest, result: LoopResult, ctx: ToolContext, controller: TurnController,
+                 watch: "_CallWatch | None") -> ChatMessage:
         stream = self.provider.stream(request)
-        for event in pump(stream, ctx.cancel, s.idle_timeout_secs):
+        for event in pump(stream, ctx.cancel, self.settings.idle_timeout_secs):
+            if watch is not None and watch.first is None:
+                watch.first = time.perf_counter()
             if isinstance(event, TextDelta):
                 controller.text(event.text)
             elif isinstance(event, ReasoningDelta):
@@ -181,6 +197,8 @@ class AgentLoop:
             elif isinstance(event, Completed):
                 result.usage = result.usage + event.usage
                 result.last_input_tokens = event.usage.input_tokens or result.last_input_tokens
+                if watch is not None:
+                    watch.usage, watch.finish_reason = event.usage, event.stop_reason
                 message = masked_message(event.message, ctx.secrets)
                 if self.hooks is not None and self.hooks.has("post_action"):
                     self.hooks.post_action(self._stage, _response_view(message, event.usage))
@@ -209,6 +227,18 @@ class AgentLoop:
         return out
 
     def _execute(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
+        if self.hooks is None or not self.hooks.has("picobot_tool_call"):
+            return self._execute_hooked(call, ctx)
+        started, t0 = time.time(), time.perf_counter()
+        result = ToolResult(CANCELLED_TOOL_TEXT, is_error=True)  # what a raise leaves behind
+        try:
+            result = self._execute_hooked(call, ctx)
+            return result
+        finally:
+            record = ToolCallRecord(call.id, call.name, _outcome(result), started, time.perf_counter() - t0)
+            self.hooks.call("picobot_tool_call", ctx=self._stage, call=record)
+
+    def _execute_hooked(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         hooks = self.hooks
         if hooks is None or not (hooks.has("before_toolcall") or hooks.has("after_toolcall")):
             return self._run_tool(call, ctx)
@@ -231,6 +261,39 @@ class AgentLoop:
         except Exception as exc:  # the registry already turns tool failures into results
             log.exception("tool %s crashed", call.name)
             return ToolResult(f"Tool {call.name} failed: {type(exc).__name__}", is_error=True)
+
+
+class _CallWatch:
+    """The times, usage and outcome of one model call, for `picobot_model_call`."""
+
+    __slots__ = ("model", "provider", "started", "t0", "first", "usage", "finish_reason", "error")
+
+    def __init__(self, model: str, provider: str) -> None:
+        self.model, self.provider = model, provider
+        self.started, self.t0 = time.time(), time.perf_counter()
+        self.first: float | None = None
+        self.usage = Usage()
+        self.finish_reason = ""
+        self.error: str | None = None
+
+    def view(self) -> ModelCallView:
+        u = self.usage
+        return ModelCallView(self.provider, self.model, self.started, time.perf_counter() - self.t0,
+                             None if self.first is None else self.first - self.t0, u.input_tokens or 0,
+                             u.output_tokens or 0, u.cached_input_tokens or 0,
+                             "" if self.error else self.finish_reason, self.error)
+
+
+def _outcome(result: ToolResult) -> str:
+    """ok | error | denied | timeout | cancelled, read from the result the model gets."""
+    if not result.is_error:
+        return "ok"
+    head = result.content[:300]
+    if head.startswith("[denied]"):
+        return "denied"
+    if head == CANCELLED_TOOL_TEXT[:300]:
+        return "cancelled"
+    return "timeout" if "timed out after" in head else "error"
 
 
 class _CancelledWithResults(TurnCancelled):

@@ -35,12 +35,16 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
     from picobot.scheduler.plugin import SchedulerPlugin
     from picobot.skills.plugin import SkillsPlugin
     from picobot.subagents.plugin import SubagentsPlugin
+    from picobot.webhooks.plugin import WebhooksPlugin
 
     plugins: list[tuple[str, Any]] = [
         ("channels", ChannelsPlugin()), ("memory", MemoryPlugin()), ("skills", SkillsPlugin()),
         ("subagents", SubagentsPlugin()), ("scheduler", SchedulerPlugin()), ("mcp", McpPlugin()),
+        ("webhooks", WebhooksPlugin()),
     ]
-    return plugins + _shipped(config)
+    from picobot.observability.plugin import observability_plugins
+
+    return plugins + _shipped(config) + observability_plugins(config)  # metrics, tracing: when switched on
 
 
 def _shipped(config: Config) -> list[tuple[str, Any]]:

@@ -20,6 +20,7 @@ from picobot.cli.channels import add_parser as add_channels_parser
 from picobot.cli.jobs import add_parser as add_jobs_parser
 from picobot.cli.memory import add_parser as add_memory_parser
 from picobot.cli.pair import add_parser as add_pair_parser
+from picobot.cli.apikeys import add_parser as add_apikeys_parser
 from picobot.cli.plugins import add_parser as add_plugins_parser
 from picobot.errors import ConfigError
 
@@ -168,6 +169,12 @@ def cmd_pair(args: argparse.Namespace) -> int:
     return run(_config(), args)
 
 
+def cmd_apikeys(args: argparse.Namespace) -> int:
+    from picobot.cli.apikeys import run
+
+    return run(_config(), args)
+
+
 def cmd_memory(args: argparse.Namespace) -> int:
     from picobot.cli.memory import run
 
@@ -288,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "on the server itself the terminal pairs on its own")
         c.set_defaults(fn=cmd_chat)
     add_pair_parser(sub).set_defaults(fn=cmd_pair)
+    add_apikeys_parser(sub).set_defaults(fn=cmd_apikeys)
     add_memory_parser(sub).set_defaults(fn=cmd_memory)
     add_jobs_parser(sub).set_defaults(fn=cmd_jobs)
     add_feishu_parser(sub).set_defaults(fn=cmd_feishu)

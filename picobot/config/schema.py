@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from picobot.config.home import RUNTIME_KEYS, default_database_url, picobot_home  # noqa: F401 (re-exported)
+from picobot.config.observability import LoggingConfig, MetricsConfig, TracingConfig
 from picobot.config.workspace import choose_workspace
 from picobot.domain.cron import check_cron  # noqa: F401 (re-exported)
 from picobot.errors import ConfigError
@@ -101,6 +102,14 @@ class RateLimitsConfig(_Section):
     _counts = field_validator("*", mode="before")(_count_not_bool)
 
 
+class OpenAIApiConfig(_Section):
+    """The OpenAI-compatible endpoint on the gateway (`/v1/chat/completions`, `/v1/models`)."""
+
+    enabled: bool = False  # off: every /v1 path answers 404 in OpenAI's error shape
+    # How long a request waits for its turn's answer; then 504 (the answer still lands in the dialog).
+    timeout_secs: float = Field(default=300.0, gt=0, le=3600)
+
+
 class GatewayConfig(_Section):
     host: str = "127.0.0.1"
     port: int = Field(default=19876, ge=0, le=65535)  # 0 = any free port (tests)
@@ -127,6 +136,7 @@ class GatewayConfig(_Section):
     ws_send_queue_frames: int = Field(default=256, ge=2)
     ws_send_queue_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     ws_send_timeout_secs: float = Field(default=10.0, gt=0)
+    openai_api: OpenAIApiConfig = Field(default_factory=OpenAIApiConfig)
 
     _blank = field_validator("public_url", mode="before")(_blank_to_none)
     _url = field_validator("public_url")(_check_http_url)
@@ -420,6 +430,43 @@ class TimeConfig(_Section):
         return ZoneInfo(self.timezone)
 
 
+# --- inbound webhooks (picobot/webhooks) -----------------------------------------------
+
+HOOK_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+HOOK_RESERVED = frozenset({"runs"})  # /hooks/runs/<id> is the run status endpoint
+
+
+class HookDeliver(_Section):
+    channel: str = Field(min_length=1)
+    chat_id: str = Field(min_length=1)
+
+
+class HookConfig(_Section):
+    """One inbound webhook `POST /hooks/<name>`: a signed JSON body becomes an agent run."""
+
+    secret: str = Field(min_length=16, repr=False)  # HMAC-SHA256 key of the signature, both ways
+    agent: str = "default"
+    prompt: str = Field(min_length=1)  # a template: {{ payload.a.b }} (see picobot/webhooks/template.py)
+    mode: Literal["agent_task", "silent_agent_task"] = "silent_agent_task"
+    deliver: HookDeliver | None = None  # agent_task: the chat whose dialog runs the task and gets the answer
+    callback_url: str | None = None  # POSTed the signed result JSON when the run ends
+    enabled: bool = True
+    max_body_bytes: int = Field(default=256 * 1024, ge=2, le=16 * 1024 * 1024)
+    prompt_max_chars: int = Field(default=20000, ge=1, le=1_000_000)
+    callback_max_attempts: int = Field(default=6, ge=1, le=20)
+
+    _blank = field_validator("callback_url", mode="before")(_blank_to_none)
+    _url = field_validator("callback_url")(_check_http_url)
+
+    @model_validator(mode="after")
+    def _mode_needs(self) -> HookConfig:
+        if self.mode == "agent_task" and self.deliver is None:
+            raise ValueError("an agent_task hook needs deliver (channel and chat_id): the chat it runs in")
+        if self.mode == "silent_agent_task" and self.deliver is not None:
+            raise ValueError("a silent_agent_task hook delivers to no chat; drop deliver or use mode agent_task")
+        return self
+
+
 # --- the whole file -----------------------------------------------------------------
 
 
@@ -495,6 +542,10 @@ class Config(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     time: TimeConfig = Field(default_factory=TimeConfig)
     plugins: PluginsConfig = Field(default_factory=PluginsConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)  # picobot/observability
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    hooks: dict[str, HookConfig] = Field(default_factory=dict)  # inbound webhooks by name
 
     # Not part of the file: computed by the loader (see RUNTIME_KEYS).
     home: Path = Field(default_factory=picobot_home, exclude=True)
@@ -531,6 +582,10 @@ class Config(_Section):
             name = job.payload.get("agent")
             if isinstance(name, str):
                 self._check_agent_name(f"scheduler.jobs[{i}].payload.agent", name)
+        for name, hook in self.hooks.items():
+            if not HOOK_NAME.match(name) or name in HOOK_RESERVED:
+                raise ConfigError(f"hooks.{name[:64]}", "a hook name is 1-64 letters, digits, '_' or '-', and not 'runs'")
+            self._check_agent_name(f"hooks.{name}.agent", hook.agent)
 
     def _check_agent(self, name: str, agent: AgentConfig) -> None:
         # No providers at all is a valid, unconfigured setup (the gateway starts and says

@@ -69,6 +69,8 @@ def _inner_paths(value: Any, path: KeyPath) -> Iterator[KeyPath]:
 
 from picobot.domain.scope import SOCKET_CHANNELS as _SOCKET_CHANNELS
 _CLASS_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+# Channels with no adapter whose `allow_from` still holds: the OpenAI-compatible API (picobot/openai_api)
+_EDGE_CHANNELS = _SOCKET_CHANNELS | {"openai_api"}
 
 
 def _known_channel(config: Config, path: KeyPath, channel_types: frozenset[str]) -> bool:
@@ -76,7 +78,7 @@ def _known_channel(config: Config, path: KeyPath, channel_types: frozenset[str])
     if len(path) != 2 or path[0] != "channels" or path[1] not in config.channels:
         return False
     type_name = config.channels[path[1]].type or ""
-    return path[1] in _SOCKET_CHANNELS or type_name in channel_types or bool(_CLASS_PATH.fullmatch(type_name))
+    return path[1] in _EDGE_CHANNELS or type_name in channel_types or bool(_CLASS_PATH.fullmatch(type_name))
 
 
 def unused_settings(config: Config, channel_types: frozenset[str] = frozenset()) -> list[tuple[str, str]]:

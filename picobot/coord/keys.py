@@ -156,3 +156,14 @@ def wechat_status(channel: str) -> str:
 def wechat_typing(channel: str, user_id: str) -> str:
     """A WeChat user's typing_ticket from getconfig (cached, ≤ 24 h)."""
     return f"picobot:wechat:typing:{channel}:{user_id}"
+
+
+# --- observability (picobot/observability) ---------------------------------------------------
+
+METRICS_PREFIX = "picobot:metrics:"  # + process name: its latest metric samples (JSON, with a TTL)
+METRICS_INDEX = "picobot:metrics:index"  # sorted set: process name -> time of its last publish
+
+
+def last_trace(session_id: str) -> str:
+    """The trace id of the dialog's latest input (for /info); set by the web process when tracing is on."""
+    return f"picobot:trace:last:{session_id}"

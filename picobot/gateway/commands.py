@@ -193,6 +193,7 @@ def cmd_info(ctx: CommandContext, arg: str) -> Reply:
         row = _current(ctx, s)
         info = session_info(ctx.rt, row, messages.count(s, row.id))
         info["compaction"] = compaction_info(ctx.rt, s, row, info["context_window_tokens"])
+    extra = plugin_info(ctx.rt, info["session_id"], info)
     if "--json" in arg:
         return Reply("command", session_id=info["session_id"], data=info, text=json.dumps(info, indent=2))
     text = (f"Dialog {info['dialog_id']} ({info['title'] or 'untitled'}) — {info['session_id']}\n"
@@ -200,7 +201,18 @@ def cmd_info(ctx: CommandContext, arg: str) -> Reply:
             f"Tokens: {info['input_tokens']} in / {info['output_tokens']} out\n"
             f"Context window: {info['context_tokens']} / {info['context_window_tokens']} "
             f"({info['context_used_pct']}%)\n{_compaction_line(info['compaction'])}")
+    text += "".join(f"\n{name}: {value}" for name, value in extra.items())
     return Reply("command", session_id=info["session_id"], data=info, text=text)
+
+
+def plugin_info(rt: "Runtime", session_id: str, info: dict) -> dict:
+    """The plugins' extra /info fields (the last turn's trace id), added to `info` where not taken."""
+    extra: dict = {}
+    for found in rt.plugins.call("picobot_session_info", session_id=session_id, ports=rt):
+        if isinstance(found, dict):
+            extra.update({str(k): v for k, v in found.items() if str(k) not in info and str(k) not in extra})
+    info.update(extra)
+    return extra
 
 
 def dump_markdown(row: SessionRow, rows: list) -> str:

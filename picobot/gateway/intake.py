@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Any, Callable
 
 from picobot.config.access import agent_for, allowed
 from picobot.domain.messages import Content
@@ -12,6 +13,7 @@ from picobot.gateway.blocks import BadBlock, measure_blocks
 from picobot.gateway.commands import CommandContext, handle_command, is_command
 from picobot.gateway.inbound import InboundMessage, Reply
 from picobot.gateway.limits import RateLimits
+from picobot.plugins.types import StageContext
 from picobot.runtime.services import Runtime
 from picobot.storage import inbound, sessions
 from picobot.storage.models import MODE_QUEUE, MODE_STEER
@@ -51,6 +53,19 @@ class Gateway:
         return self.accept(msg)
 
     def accept(self, msg: InboundMessage) -> Reply:
+        if not self.rt.plugins.has("picobot_input_received"):
+            return self._accept(msg)
+        ctx = StageContext("", msg.channel, msg.chat_id, msg.sender_id, "")
+        done = [f for f in self.rt.plugins.call("picobot_input_received", ctx=ctx, ports=self.rt) if callable(f)]
+        reply: Reply | None = None
+        try:
+            reply = self._accept(msg)
+            return reply
+        finally:  # metrics and the trace's intake span (it covers the store and the enqueue)
+            for finish in done:
+                _guarded(finish, reply)
+
+    def _accept(self, msg: InboundMessage) -> Reply:
         mode = MODE_QUEUE if msg.mode == MODE_QUEUE else MODE_STEER
         with self.rt.db.begin() as conn:
             session_id = sessions.current_or_create_id(conn, msg.channel, msg.chat_id,
@@ -96,6 +111,14 @@ class Gateway:
             return "too_large", (f"The message has {text_len} characters; the limit is {limit} "
                                  "(gateway.max_message_chars).")
         return None
+
+
+def _guarded(finish: Callable[..., Any], reply: Reply | None) -> None:
+    """Call a plugin's intake `done`; its failure is logged and never changes the reply."""
+    try:
+        finish(session_id=reply.session_id if reply else None, fate=reply.fate if reply else "error")
+    except Exception:
+        log.exception("an input_received callback failed")
 
 
 def repaired(msg: InboundMessage) -> InboundMessage:

@@ -152,3 +152,46 @@ def picobot_health(ports) -> dict[str, Any] | None:
 @hookspec
 def picobot_close() -> None:
     """The process is shutting down: stop threads, close connections."""
+
+
+# ---------------------------------------------------------------- observation (metrics, traces)
+# Called only when some plugin implements them (PluginHost.has), so they cost nothing otherwise.
+
+
+@hookspec
+def picobot_input_received(ctx, ports) -> Any:
+    """The gateway starts storing an input (web process; `ctx.session_id` and `ctx.turn_id` empty).
+    May return a callable `done(session_id, fate)`, called once in the same thread when the input was
+    stored and its turn enqueued, or refused (a trace's intake span lives between the two)."""
+
+
+@hookspec
+def picobot_turn_started(ctx, queued_at) -> None:
+    """A worker starts a turn (`queued_at`: epoch seconds its first input was stored, or None).
+    `picobot_turn_ended` follows in the same thread, whatever happens to the turn."""
+
+
+@hookspec
+def picobot_turn_ended(ctx, status) -> None:
+    """The turn is over: completed, cancelled, failed or interrupted (not stored; its input runs again)."""
+
+
+@hookspec
+def picobot_model_call(ctx, call) -> None:
+    """A model call ended (`call`: a ModelCallView: provider, model, times, tokens, finish reason or error)."""
+
+
+@hookspec
+def picobot_tool_call(ctx, call) -> None:
+    """A tool call ended (`call`: a ToolCallRecord: name, outcome ok/error/denied/timeout/cancelled, times).
+    Called in the tool's own thread."""
+
+
+@hookspec
+def picobot_heartbeat(ports) -> None:
+    """A worker's heartbeat tick (every 2 s, on the heartbeat thread): publish live state (metric samples)."""
+
+
+@hookspec
+def picobot_session_info(session_id, ports) -> dict[str, Any] | None:
+    """Extra fields for `/info` of a dialog (web process), by name; shown as `name: value` lines."""

@@ -90,3 +90,30 @@ class Command:
 
 
 AfterCommit = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class ModelCallView:
+    """One model call that ended (`picobot_model_call`): who answered, how fast, what it cost."""
+
+    provider: str  # the config key of the provider (`providers.<key>`)
+    model: str  # the model id sent in the request
+    started_at: float  # epoch seconds
+    duration_secs: float
+    first_token_secs: float | None = None  # from the start to the first streamed event; None: none came
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0  # of input_tokens, read from the provider's prompt cache
+    finish_reason: str = ""  # stop | tool_calls | length | … ("" when the call failed)
+    error: str | None = None  # the error's type name when the call failed
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One tool call that ended (`picobot_tool_call`)."""
+
+    id: str
+    name: str
+    outcome: str  # ok | error | denied | timeout | cancelled
+    started_at: float  # epoch seconds
+    duration_secs: float

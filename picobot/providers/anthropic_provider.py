@@ -134,14 +134,16 @@ class _AnthropicAttempt(SdkAttempt):
         for event in self.sdk_stream:
             kind = event.type
             if kind == "message_start":
-                self._usage = Usage(_input_tokens(event.message.usage), event.message.usage.output_tokens or 0)
+                self._usage = Usage(_input_tokens(event.message.usage), event.message.usage.output_tokens or 0,
+                                    getattr(event.message.usage, "cache_read_input_tokens", None) or 0)
             elif kind == "content_block_start":
                 yield from self._start_block(event.index, event.content_block)
             elif kind == "content_block_delta":
                 yield from self._delta(event.index, event.delta)
             elif kind == "message_delta":
                 self._stop = event.delta.stop_reason or self._stop
-                self._usage = Usage(self._usage.input_tokens, event.usage.output_tokens or self._usage.output_tokens)
+                self._usage = Usage(self._usage.input_tokens, event.usage.output_tokens or self._usage.output_tokens,
+                                    self._usage.cached_input_tokens)
             elif kind == "message_stop":
                 self._finished = True
         provider = self._provider

@@ -169,7 +169,8 @@ class _OpenAIAttempt(SdkAttempt):
             chunk = _obj(chunk)
             chunk_usage = _obj(chunk.get("usage"))
             if chunk_usage:
-                usage = Usage(chunk_usage.get("prompt_tokens") or 0, chunk_usage.get("completion_tokens") or 0)
+                usage = Usage(chunk_usage.get("prompt_tokens") or 0, chunk_usage.get("completion_tokens") or 0,
+                              _cached_tokens(chunk_usage))
             for choice in (chunk.get("choices") or [])[:1]:
                 choice = _obj(choice)
                 delta = _obj(choice.get("delta"))
@@ -180,6 +181,12 @@ class _OpenAIAttempt(SdkAttempt):
             raise unavailable(self._provider.key, "stream ended before the response was complete",
                               self._provider._redact)
         yield _completed(text, reasoning, tools, usage, finish)
+
+
+def _cached_tokens(usage: dict[str, Any]) -> int:
+    """Prompt tokens served from the provider's cache (`prompt_tokens_details.cached_tokens`), else 0."""
+    cached = _obj(usage.get("prompt_tokens_details")).get("cached_tokens")
+    return cached if type(cached) is int and cached >= 0 else 0
 
 
 def _obj(value: Any) -> dict[str, Any]:

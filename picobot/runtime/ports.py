@@ -42,7 +42,11 @@ class DeliveryQueue(Protocol):
     def enqueue_channel_event(self, event_id: int) -> None: ...  # a recorded platform event
 
 
-class TaskQueue(TurnQueue, CompactionQueue, SubagentQueue, JobQueue, DeliveryQueue, Protocol):
+class HookCallbackQueue(Protocol):
+    def enqueue_hook_callback(self, run_id: str, countdown: float = 0) -> None: ...  # a webhook run's result POST
+
+
+class TaskQueue(TurnQueue, CompactionQueue, SubagentQueue, JobQueue, DeliveryQueue, HookCallbackQueue, Protocol):
     """The one seam to the task system (Celery in production): every queue port in one."""
 
 

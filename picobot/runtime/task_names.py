@@ -14,6 +14,7 @@ JOB_FIRE_TASK = "picobot.scheduler.fire"  # one due time of one scheduled job, o
 JOB_SYNC_TASK = "picobot.scheduler.sync"  # rebuild/repair the redbeat job entries from SQL, every 30 s
 DELIVER_TASK = "picobot.deliver"  # deliver one (channel, chat) lane of the outbox, on the outbound queue
 CHANNEL_EVENT_TASK = "picobot.channel_event"  # process one recorded platform event, on the outbound queue
+HOOK_CALLBACK_TASK = "picobot.hook_callback"  # one attempt at an inbound webhook run's result callback, on outbound
 MEMORY_MAINTENANCE_TASK = "picobot.memory_maintenance"  # tidy the user scopes' memories, on the maintenance queue
 # The beat entry that runs it every 4 hours (the seed's job id; a plain beat entry, not a scheduler job).
 MEMORY_MAINTENANCE_JOB = "builtin.memory_maintenance_daily"

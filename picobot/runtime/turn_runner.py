@@ -69,6 +69,7 @@ class _Claimed:
     agent: str
     user_turns: int
     compacted: bool = False  # the session has a compaction boundary
+    outcome: str = "interrupted"  # how the turn ended (completed | cancelled | failed | interrupted)
 
 
 
@@ -111,6 +112,9 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> "bool | object
     if not isinstance(claimed, _Claimed):
         return False
     rt.track_turn(claimed.turn_id, True)
+    observed = rt.plugins.has("picobot_turn_started") or rt.plugins.has("picobot_turn_ended")
+    if observed:  # metrics and traces: the turn's span and latency start here
+        rt.plugins.call("picobot_turn_started", ctx=_stage(session_id, claimed), queued_at=claimed.rows[0].created_at)
     try:
         return _run_claimed(rt, session_id, lease, claimed)
     except Exception as exc:  # not even a failed turn could be recorded: try the input again, boundedly
@@ -122,6 +126,8 @@ def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> "bool | object
         return _LEAVE
     finally:
         rt.track_turn(claimed.turn_id, False)
+        if observed:
+            rt.plugins.call("picobot_turn_ended", ctx=_stage(session_id, claimed), status=claimed.outcome)
 
 
 def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed") -> bool:
@@ -143,6 +149,7 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
         log.warning("turn %s lost its lease; its input will be re-run", claimed.turn_id)
         event = _abandon(rt, session_id, claimed.turn_id, "the turn lost its session lease")
         if event is not None and event["status"] == "failed":  # that was its last attempt
+            claimed.outcome = "failed"
             rt.publisher.finish(turn_key, event)
             _turn_finished(rt, _view(session_id, claimed, LoopResult([], Usage(), status="failed",
                                                                      error=event.get("error")), committed=False))
@@ -181,6 +188,7 @@ def _turn_finished(rt: Runtime, turn: TurnView) -> None:
 def _finish(rt: Runtime, session_id: str, claimed: "_Claimed", controller: TurnController, turn_key: str,
             result: LoopResult, committed: bool) -> None:
     status = result.status if committed else "interrupted"
+    claimed.outcome = status
     controller.finish(status)
     seqs = list(dict.fromkeys([r.seq for r in claimed.rows] + controller.inbound_seqs))
     rt.publisher.finish(turn_key, {

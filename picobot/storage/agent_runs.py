@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 
@@ -134,3 +134,82 @@ def queued_before(conn: Connection, before: float) -> list[str]:
 def session_view(conn: Connection, session_id: str) -> Any:
     """(channel, chat_id, agent) of a run's session; None when it is gone."""
     return conn.execute(_SESSION_CHANNEL, {"sid": session_id}).first()
+
+
+
+class TurnRef(NamedTuple):
+    session_id: str
+    turn_id: str
+    newest: float  # creation time of the turn's newest (matching) run
+
+
+_STREAM_BATCH = 200
+
+
+def turns_page(conn: Connection, status: str | None = None, before: float | None = None,
+               limit: int = 20) -> list[TurnRef]:
+    """The newest turns that started runs (of `status`, if given), newest first.
+
+    Runs are read newest first (ix_agent_runs_created) until `limit` turns are found, so a page
+    costs about its own runs, not the table. `before` continues a listing after its last turn: a
+    turn whose newest matching run is at or after `before` was on an earlier page and is skipped.
+    (Two turns whose newest runs were created in the same microsecond could straddle a page edge
+    and one be skipped; creation times are `time.time()` floats.) Whole turns, so a page can draw
+    each turn's tree complete.
+    """
+    q = select(_r.c.session_id, _r.c.turn_id, _r.c.created_at).order_by(_r.c.created_at.desc())
+    if status:
+        q = q.where(_r.c.status == status)
+    if before is not None:
+        q = q.where(_r.c.created_at < before)
+    found: dict[tuple[str, str], float] = {}
+    seen: set[tuple[str, str]] = set()
+    waiting: list[TurnRef] = []
+    rows = conn.execute(q.execution_options(yield_per=_STREAM_BATCH))
+    try:
+        for row in rows:
+            key = (row.session_id, row.turn_id)
+            if key in seen:
+                continue
+            seen.add(key)
+            waiting.append(TurnRef(row.session_id, row.turn_id, row.created_at))
+            if len(found) + len(waiting) >= limit:
+                _settle(conn, waiting, found, status, before)
+                if len(found) >= limit:
+                    break
+    finally:
+        rows.close()
+    _settle(conn, waiting, found, status, before)
+    return [TurnRef(sid, tid, newest) for (sid, tid), newest in list(found.items())[:limit]]
+
+
+def _settle(conn: Connection, waiting: list[TurnRef], found: dict[tuple[str, str], float], status: str | None,
+            before: float | None) -> None:
+    """Move the waiting turns into `found`, but for those an earlier page showed (a newer run exists)."""
+    if not waiting:
+        return
+    shown: set[tuple[str, str]] = set()
+    if before is not None:
+        q = (select(_r.c.session_id, _r.c.turn_id).distinct()
+             .where(_r.c.turn_id.in_({t.turn_id for t in waiting}), _r.c.created_at >= before))
+        if status:
+            q = q.where(_r.c.status == status)
+        shown = {(r.session_id, r.turn_id) for r in conn.execute(q)}
+    for t in waiting:
+        if (t.session_id, t.turn_id) not in shown:
+            found[(t.session_id, t.turn_id)] = t.newest
+    waiting.clear()
+
+def of_turns(conn: Connection, turn_ids: list[str]) -> list[dict[str, Any]]:
+    """Every run of these turns, oldest first (parents before their children)."""
+    if not turn_ids:
+        return []
+    q = select(_r).where(_r.c.turn_id.in_(turn_ids)).order_by(_r.c.created_at, _r.c.id)
+    return [dict(r._mapping) for r in conn.execute(q)]
+
+
+def children_of(conn: Connection, run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs a run started itself, oldest first (they share its turn: ix_agent_runs_turn finds them)."""
+    q = (select(_r).where(_r.c.turn_id == run["turn_id"], _r.c.parent_run_id == run["id"])
+         .order_by(_r.c.created_at, _r.c.id))
+    return [dict(r._mapping) for r in conn.execute(q)]

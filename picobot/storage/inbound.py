@@ -38,6 +38,7 @@ class Input:
     sender_id: str
     attempts: int
     platform_message_id: str | None = None  # e.g. `job:<job_id>:<due_at>` for a scheduled job's input
+    created_at: float | None = None  # when it was stored (the first claim only reads it: turn latency)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ _NEXT_SEQ = (update(_s).where(_s.c.id == bindparam("sid"))
 _INSERT = insert(_i).returning(_i.c.id)
 _INSERT_IF_NEW = InsertIfAbsent(_i, ["channel", "platform_message_id"])
 _PENDING_ROWS = (select(_i.c.id, _i.c.seq, _i.c.mode, _i.c.content, _i.c.sender_id, _i.c.attempts,
-                        _i.c.platform_message_id)
+                        _i.c.platform_message_id, _i.c.created_at)
                  .where(_IS_PENDING).order_by(_i.c.seq).limit(MAX_CLAIM))
 _PENDING_STEER_ROWS = (select(_i.c.id, _i.c.seq, _i.c.mode, _i.c.content, _i.c.sender_id, _i.c.attempts)
                        .where(_IS_PENDING, _i.c.mode == MODE_STEER).order_by(_i.c.seq).limit(MAX_CLAIM))
@@ -113,7 +114,8 @@ def _inputs(rows: Any, bump: int) -> list[Input]:
     # Content is made sendable here, not only at intake: a row stored by an older version (or
     # written by hand) must not be able to break every turn of its dialog.
     return [Input(r.id, r.seq, r.mode, sendable_content(r.content), repair_content(r.sender_id),
-                  r.attempts + bump, getattr(r, "platform_message_id", None)) for r in rows]
+                  r.attempts + bump, getattr(r, "platform_message_id", None), getattr(r, "created_at", None))
+            for r in rows]
 
 
 def _take(conn: Connection, taken: list[Input], turn_id: str) -> list[Input]:

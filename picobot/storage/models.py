@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Row states. StrEnum members are their str values, so SQL rows and JSON hold the same text as
@@ -221,7 +221,8 @@ class OutboxRow(Base):
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # e.g. the platform's message ids
     updated_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
-    __table_args__ = (Index("ix_outbox_lane", "status", "channel", "chat_id", "id"),)
+    __table_args__ = (Index("ix_outbox_lane", "status", "channel", "chat_id", "id"),
+                      Index("ix_outbox_channel", "channel", "id"))  # one channel's rows newest first (Deliveries page)
 
 
 class ChannelEventRow(Base):
@@ -282,6 +283,29 @@ class DeviceTokenRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class ApiKeyRow(Base):
+    """A named key for the OpenAI-compatible API, scoped to one agent; only its SHA-256 is stored.
+
+    Apart from device_tokens on purpose: a device token opens the web UI and every agent, an API
+    key opens only /v1 and one agent (migration 0011 says more).
+    """
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))  # the key's first characters, to tell keys apart
+    agent: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float)
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (Index("ux_api_keys_live_name", "name", unique=True,
+                            sqlite_where=text("revoked_at IS NULL"),
+                            postgresql_where=text("revoked_at IS NULL")),)
 
 
 class SkillEventRow(Base):
@@ -370,6 +394,7 @@ class AgentRunRow(Base):
         Index("ix_agent_runs_session", "session_id", "created_at"),
         Index("ix_agent_runs_status", "status"),
         Index("ix_agent_runs_turn", "turn_id", "parent_run_id"),
+        Index("ix_agent_runs_created", "created_at"),  # the newest runs and turns (the Sub-agent runs page)
     )
 
 
@@ -443,4 +468,34 @@ class JobRunRow(Base):
     __table_args__ = (
         UniqueConstraint("job_id", "due_at", name="uq_job_runs_job_due"),
         Index("ix_job_runs_session", "session_id", "outcome"),
+    )
+
+
+class HookRunRow(Base):
+    """One accepted inbound webhook call (picobot/webhooks): stored before the 202, settled by its turn."""
+
+    __tablename__ = "hook_runs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # the run_id the sender gets
+    hook: Mapped[str] = mapped_column(String(64))
+    idempotency_key: Mapped[str | None] = mapped_column(String(64), nullable=True)  # sha256 of the header
+    status: Mapped[str] = mapped_column(String(16), default="accepted")  # accepted | completed | failed
+    mode: Mapped[str] = mapped_column(String(24))
+    channel: Mapped[str] = mapped_column(String(64))  # the run's input: (channel, "hook:<id>") in inbound
+    session_id: Mapped[str] = mapped_column(String(512))
+    turn_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    result: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    callback_status: Mapped[str | None] = mapped_column(String(16), nullable=True)  # pending | delivered | failed | refused
+    callback_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    callback_next_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # due (or leased) until then
+    callback_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    __table_args__ = (
+        UniqueConstraint("hook", "idempotency_key", name="uq_hook_runs_idempotency"),
+        Index("ix_hook_runs_hook_created", "hook", "created_at"),
+        Index("ix_hook_runs_status", "status"),
+        Index("ix_hook_runs_callback", "callback_status", "callback_next_at"),
     )

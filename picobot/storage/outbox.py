@@ -133,3 +133,18 @@ def release_deferred(conn: Connection, channel: str, chat_id: str) -> int:
     stmt = (update(_o).where(_o.c.status == DEFERRED, _o.c.channel == channel, _o.c.chat_id == chat_id)
             .values(status=PENDING, attempts=0, updated_at=time.time()))
     return conn.execute(stmt).rowcount
+
+
+def page(conn: Connection, *, status: str | None = None, channel: str | None = None, chat_id: str | None = None,
+         before: int | None = None, limit: int = 50) -> list[Any]:
+    """Rows newest first, filtered; `before` (an id) continues a listing after its last row (ids only grow)."""
+    q = select(_o).order_by(_o.c.id.desc()).limit(limit)
+    if status:
+        q = q.where(_o.c.status == status)
+    if channel:
+        q = q.where(_o.c.channel == channel)
+    if chat_id:
+        q = q.where(_o.c.chat_id == chat_id)
+    if before is not None:
+        q = q.where(_o.c.id < before)
+    return list(conn.execute(q))

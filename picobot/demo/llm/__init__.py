@@ -39,7 +39,8 @@ Control API
     "redacted_thinking": "opaque"        Anthropic redacted_thinking block
     "tool_calls": [{"name": "calculator", "arguments": {...} or "raw json text"}]
     "finish_reason": "stop|length|tool_calls|<raw, e.g. model_context_window_exceeded>"
-    "usage": {"input_tokens": N, "output_tokens": N}   (default: estimated from text length)
+    "usage": {"input_tokens": N, "output_tokens": N}   (default: estimated from text length;
+                                         "cached_input_tokens": N adds OpenAI's prompt_tokens_details)
     "delay_ms": 0                        before the response starts
     "chunk_delay_ms": 0                  between stream chunks
     "error": {"status": 429, "message": "...", "type": "...", "retry_after": 0}

@@ -44,6 +44,7 @@ class Reply:
     finish_reason: str = "stop"  # "stop" | "length" | "tool_calls" | raw value
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0  # OpenAI: usage.prompt_tokens_details.cached_tokens
 
 
 @dataclass
@@ -88,6 +89,7 @@ def build_reply(spec: dict[str, Any], view: RequestView) -> Reply:
     usage = spec.get("usage") or {}
     reply.input_tokens = int(usage.get("input_tokens", estimate_tokens(view.input_chars)))
     reply.output_tokens = int(usage.get("output_tokens", estimate_tokens(out_chars)))
+    reply.cached_input_tokens = int(usage.get("cached_input_tokens", 0))
     return reply
 
 

@@ -108,9 +108,12 @@ def stream_frames(reply: Reply, view: RequestView) -> list[bytes]:
     return frames
 
 
-def _usage(reply: Reply) -> dict[str, int]:
-    return {"prompt_tokens": reply.input_tokens, "completion_tokens": reply.output_tokens,
-            "total_tokens": reply.input_tokens + reply.output_tokens}
+def _usage(reply: Reply) -> dict[str, Any]:
+    usage: dict[str, Any] = {"prompt_tokens": reply.input_tokens, "completion_tokens": reply.output_tokens,
+                             "total_tokens": reply.input_tokens + reply.output_tokens}
+    if reply.cached_input_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_input_tokens}
+    return usage
 
 
 def json_body(reply: Reply, view: RequestView) -> dict[str, Any]:

@@ -9,8 +9,8 @@ export class ApiError extends Error {
   }
 }
 
-export async function api(path, { method = "GET", body } = {}) {
-  const init = { method, credentials: "same-origin", headers: { Accept: "application/json" } };
+export async function api(path, { method = "GET", body, headers = {} } = {}) {
+  const init = { method, credentials: "same-origin", headers: { Accept: "application/json", ...headers } };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);

@@ -10,11 +10,14 @@ export const PAGES = [
   { id: "devices", title: "Devices", icon: "devices", group: "manage", load: () => import("./pages/devices.js") },
   { id: "skills", title: "Skills", icon: "book", group: "manage", load: () => import("./pages/skills.js") },
   { id: "channels", title: "Channels", icon: "chat", group: "manage", load: () => import("./pages/channels.js") },
+  { id: "deliveries", title: "Deliveries", icon: "send", group: "manage", load: () => import("./pages/deliveries.js") },
+  { id: "subagents", title: "Sub-agent runs", icon: "copy", group: "manage", load: () => import("./pages/subagents.js") },
   { id: "mcp", title: "MCP servers", icon: "tool", group: "manage", load: () => import("./pages/mcp.js") },
   { id: "plugins", title: "Plugins", icon: "tool", group: "manage", load: () => import("./pages/plugins.js") },
   { id: "memories", title: "Memories", icon: "brain", group: "manage", load: () => import("./pages/memories.js") },
   { id: "knowledge", title: "Knowledge", icon: "book", group: "manage", load: () => import("./pages/knowledge.js") },
   { id: "jobs", title: "Jobs", icon: "clock", group: "manage", load: () => import("./pages/jobs.js") },
+  { id: "logs", title: "Logs", icon: "pulse", group: "manage", load: () => import("./pages/logs.js") },
 ];
 
 export const DEFAULT_PAGE = "chat";

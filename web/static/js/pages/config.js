@@ -1,8 +1,10 @@
-// Config: the effective configuration with every secret masked by the server (GET /api/config).
+// Config: an editor for the allowlisted keys (config_edit.js), then the effective configuration with
+// every secret masked by the server (GET /api/config).
 
 import { h } from "../dom.js";
 import { api } from "../api.js";
 import { pageFrame, errorBox } from "./common.js";
+import { editorCard } from "./config_edit.js";
 
 const MASK = "********";
 
@@ -40,13 +42,24 @@ function rows(obj, path, out) {
 export function createPage(ctx) {
   const { el, body } = pageFrame(ctx, "config", "Configuration", "The effective configuration; secrets are masked by the server.");
 
-  async function load() {
+  async function editor(message) {
     try {
-      const data = await api("/api/config");
+      const card = await editorCard((saved) => load(saved));
+      if (message) card.querySelector("#cfg-status").replaceChildren(h("span", { class: "ok-text", id: "cfg-saved" }, message));
+      return card;
+    } catch (err) {
+      return h("div", { id: "config-editor" }, errorBox(err));
+    }
+  }
+
+  async function load(message = null) {
+    try {
+      const [data, edit] = await Promise.all([api("/api/config"), editor(message)]);
       const cfg = data.config;
       const sections = Object.entries(cfg).sort(([a], [b]) => (a === "_runtime" ? -1 : b === "_runtime" ? 1 : 0));
       body.replaceChildren(
-        h("p", { class: "muted source" }, "Loaded from ", h("code", null, data.source || "no file (defaults and environment)")),
+        edit,
+        h("p", { class: "muted source" }, "Running with ", h("code", null, data.source || "no file (defaults and environment)")),
         ...sections.map(([name, v]) => h("div", { class: "card config-section", dataset: { section: name } },
           h("h2", null, name === "_runtime" ? "Runtime" : name),
           typeof v === "object" && v !== null && !Array.isArray(v)
@@ -57,5 +70,5 @@ export function createPage(ctx) {
     }
   }
 
-  return { el, show: load };
+  return { el, show: () => load() };
 }

@@ -1,14 +1,15 @@
 // Jobs: every scheduled job (GET /api/jobs) with its schedule in words, next run, last outcome and
 // state; create or edit one as job JSON (POST /api/jobs, PUT /api/jobs/<id>), pause, resume, run
 // now, delete; one job's run history with the session and turn each run produced (GET /api/jobs/<id>).
+// Below the jobs: the inbound webhooks (GET /api/hooks) and their newest runs, with each callback's state.
 
 import { h, fmtTime } from "../dom.js";
 import { api } from "../api.js";
 import { pageFrame, errorBox } from "./common.js";
 
 const path = (id) => `/api/jobs/${encodeURIComponent(id)}`;
-const GOOD = new Set(["ok", "active"]);
-const BAD = new Set(["failed", "missed"]);
+const GOOD = new Set(["ok", "active", "completed", "delivered"]);
+const BAD = new Set(["failed", "missed", "refused"]);
 const EDITABLE = ["id", "kind", "schedule", "target", "payload", "timezone"];
 
 function chip(text, role) {
@@ -76,9 +77,31 @@ export function createPage(ctx) {
           h("tbody", null, data.jobs.map(row))))
         : h("div", { class: "card", id: "jobs-empty" }, "No jobs yet. Create one here, ask the agent (scheduler_manage), or run ",
           h("code", null, "picobot jobs add job.json"), ".")].filter(Boolean));
+      body.append(...(await webhooks()));
     } catch (err) {
       body.replaceChildren(errorBox(err));
     }
+  }
+
+  function hookRunRow(r) {
+    const cb = r.callback ? [chip(r.callback.status, "callback"), ` ${r.callback.attempts}×`] : "—";
+    return h("tr", { dataset: { hookRun: r.run_id, status: r.status } },
+      h("td", null, fmtTime(r.created_at)),
+      h("td", null, h("div", { class: "device-name" }, r.hook), h("div", { class: "muted small" }, r.mode)),
+      h("td", null, chip(r.status, "status")),
+      h("td", { class: "muted" }, r.ended_at ? fmtTime(r.ended_at) : "—"),
+      h("td", { class: "job-run-error" }, (r.error || r.result || "").slice(0, 200)),
+      h("td", null, cb, r.callback && r.callback.last_error ? h("div", { class: "muted small" }, r.callback.last_error) : ""));
+  }
+
+  async function webhooks() {
+    const data = await api("/api/hooks");
+    if (!data.hooks.length && !data.runs.length) return [];
+    const names = data.hooks.map((x) => `${x.name} (${x.mode}${x.enabled ? "" : ", off"})`).join(" · ") || "none configured";
+    return [h("div", { class: "card hint", id: "hooks-list" }, "Webhooks: ", names),
+      h("div", { class: "card table-card" }, h("table", { class: "devices hook-runs", id: "hook-runs" },
+        h("thead", null, h("tr", null, ["Received", "Webhook", "Status", "Ended", "Result / error", "Callback"].map((t) => h("th", null, t)))),
+        h("tbody", null, data.runs.length ? data.runs.map(hookRunRow) : h("tr", null, h("td", { colspan: 6, class: "muted" }, "No webhook runs yet.")))))];
   }
 
   function runRow(r) {
