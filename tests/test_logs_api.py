@@ -289,3 +289,23 @@ def test_a_traceback_reaches_the_stream_redacted(redis_url: str) -> None:
         assert "hunter2-the-secret" not in fields["msg"] and "pw-in-url" not in fields["msg"]
     finally:
         handler.close()
+
+
+def test_celery_per_task_chatter_stays_out_of_the_stream(redis_url: str) -> None:
+    """A sweep every few seconds logs "received"/"succeeded": those would push everything else out."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    _, handler = _handler(redis_url)
+    chatty = [logging.getLogger(name) for name in ("celery.app.trace", "celery.worker.strategy", "celery.beat")]
+    try:
+        for lg in chatty:
+            lg.addHandler(handler)
+            lg.info("Task picobot.sweep[x] succeeded in 0.002s")
+        chatty[0].error("Task picobot.turn[y] raised unexpected: RuntimeError()")
+        wait_for(lambda: client.xlen(STREAM_KEY) >= 1, 10, "the error line was not shipped")
+        assert [f["msg"] for _, f in client.xrange(STREAM_KEY)] == ["Task picobot.turn[y] raised unexpected: RuntimeError()"]
+    finally:
+        for lg in chatty:
+            lg.removeHandler(handler)
+        handler.close()

@@ -27,6 +27,12 @@ def api_config(llm_url: str, **openai_api: Any) -> dict[str, Any]:
     return cfg
 
 
+@pytest.fixture(autouse=True)
+def _no_rules(llm: FakeLLM) -> None:
+    """The fake LLM is shared by the test files of a pytest-xdist worker: no rule of another test
+    (or file) may answer for these."""
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory, fake_llm: FakeLLM) -> Iterator[Stack]:
     s = Stack(tmp_path_factory.mktemp("openai"), fake_llm.url, config=api_config(fake_llm.url))

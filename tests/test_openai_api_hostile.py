@@ -34,6 +34,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_llm: FakeLLM) -> Iterat
         s.stop()
 
 
+@pytest.fixture(autouse=True)
+def _no_rules(llm: FakeLLM) -> None:
+    """The fake LLM is shared by the test files of a pytest-xdist worker: rules another file left
+    would change the echoed answers these tests expect."""
+
+
 @pytest.fixture(scope="module")
 def http(stack: Stack) -> Iterator[httpx.Client]:
     key = create_key(stack, "hostile")["key"]

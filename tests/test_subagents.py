@@ -437,7 +437,9 @@ def test_manage_actions_get_list_get_result_cancel(sub_stack: Stack, llm) -> Non
                                               task("short one", "mg-short quick", background=True)]},
              {"content": "two started"})
     add_rule(llm, "mg-long", {"content": "never", "delay_ms": 30_000})
-    add_rule(llm, "mg-short", {"content": "mg-short result"})
+    # the short run answers after the parent's turn has ended: a result that arrives while that turn still
+    # runs steers into it (its answer would be "short reported"), which a loaded machine made happen
+    add_rule(llm, "mg-short", {"content": "mg-short result", "delay_ms": 2000})
     add_rule(llm, "mg-short result", {"content": "short reported"})
     c = sub_stack.client()
     assert c.ask("mg-start")["final_text"] == "two started"

@@ -28,6 +28,9 @@ FLUSH_SECS = 0.25
 BATCH = 500
 MAX_BACKOFF_SECS = 30.0
 CAPTURE_LOGGER = "picobot.logstream"
+# Celery's per-task chatter ("Task … received", "… succeeded in", beat's "Sending due task"): two lines
+# per sweep and per turn would fill the stream within hours; below WARNING they stay on stderr only.
+CHATTY_LOGGERS = frozenset({"celery.worker.strategy", "celery.app.trace", "celery.beat"})
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class CaptureHandler(logging.Handler):
         try:
             if threading.current_thread() is self._thread:
                 return  # the shipper's own (or its Redis client's) records: never captured
+            if record.levelno < logging.WARNING and record.name in CHATTY_LOGGERS:
+                return
             if self._pid != os.getpid():
                 self._start()
             if len(self._buffer) >= self.settings.buffer_lines:

@@ -55,7 +55,7 @@ def tree_requests(seen: list[str]) -> int:
 
 
 def test_runs_page_draws_the_tree_opens_results_and_follows_a_running_run(
-        stack: Stack, fake_llm: Any, new_page: Any, page_errors: Any) -> None:
+        stack: Stack, llm: Any, new_page: Any, page_errors: Any) -> None:
     page = new_page()
     seen: list[str] = []
     page.on("request", lambda r: seen.append(r.url))
@@ -63,13 +63,13 @@ def test_runs_page_draws_the_tree_opens_results_and_follows_a_running_run(
     page.wait_for_selector("#runs-empty")
     assert "No sub-agent runs yet" in page.inner_text("#runs-empty")
 
-    add_rule(fake_llm, "opsparent", {"tool_calls": [task("survey the files", "opschilda: look"),
+    add_rule(llm, "opsparent", {"tool_calls": [task("survey the files", "opschilda: look"),
                                                     task("ask the oracle", "opschildb: ask")]},
              {"content": "parent done"})
-    add_rule(fake_llm, "opschilda", {"tool_calls": [task(f"dig deeper {EVIL}", "opsgrand: dig")]},
+    add_rule(llm, "opschilda", {"tool_calls": [task(f"dig deeper {EVIL}", "opsgrand: dig")]},
              {"content": "child a done"})
-    add_rule(fake_llm, "opsgrand", {"content": f"found it {EVIL} with {API_KEY}"})
-    add_rule(fake_llm, "opschildb", {"error": {"status": 400, "message": "the oracle refused", "type": "invalid_request_error"}})
+    add_rule(llm, "opsgrand", {"content": f"found it {EVIL} with {API_KEY}"})
+    add_rule(llm, "opschildb", {"error": {"status": 400, "message": "the oracle refused", "type": "invalid_request_error"}})
     client = stack.client()
     try:
         done = client.ask("opsparent please")
@@ -116,8 +116,8 @@ def test_runs_page_draws_the_tree_opens_results_and_follows_a_running_run(
         page.wait_for_selector(f".run-node[data-run='{a['id']}']")
 
         # a run that is still running: shown running, then followed to its end without a click
-        add_rule(fake_llm, "opsturtle", {"tool_calls": [task("slow one", "opssnail: go")]}, {"content": "turtle done"})
-        add_rule(fake_llm, "opssnail", {"content": "snail arrived", "delay_ms": SLOW_MS})
+        add_rule(llm, "opsturtle", {"tool_calls": [task("slow one", "opssnail: go")]}, {"content": "turtle done"})
+        add_rule(llm, "opssnail", {"content": "snail arrived", "delay_ms": SLOW_MS})
         accepted = client.say("opsturtle please")
         assert accepted["type"] == "accepted"
         wait_for(lambda: runs(stack).get("slow one", {}).get("status") == "running", 30, "the slow run never ran")
@@ -133,8 +133,8 @@ def test_runs_page_draws_the_tree_opens_results_and_follows_a_running_run(
         client.wait_completed(accepted["seq"])
 
         # another: the page is left while it runs, and stops asking
-        add_rule(fake_llm, "opsturtle", {"tool_calls": [task("slow two", "opssnail: again")]}, {"content": "turtle 2"})
-        add_rule(fake_llm, "opssnail", {"content": "snail two", "delay_ms": SLOW_MS})
+        add_rule(llm, "opsturtle", {"tool_calls": [task("slow two", "opssnail: again")]}, {"content": "turtle 2"})
+        add_rule(llm, "opssnail", {"content": "snail two", "delay_ms": SLOW_MS})
         accepted = client.say("opsturtle again")
         wait_for(lambda: runs(stack).get("slow two", {}).get("status") == "running", 30, "the second slow run never ran")
         two = runs(stack)["slow two"]
