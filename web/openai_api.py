@@ -71,19 +71,28 @@ def error_response(exc: ApiError, session: str | None = None) -> Response:
 def _principal(rt: Runtime) -> service.Principal:
     header = request.headers.get("Authorization", "")
     token = header[7:].strip() if header[:7].lower() == "bearer " else ""
+    open_server = not rt.config.gateway.pairing_required
     if not token:
-        if not rt.config.gateway.pairing_required:
-            return service.Principal("open", "addr_" + client_address().replace(":", "_")[:48], "", None)
+        if open_server:
+            return _anonymous()
         raise ApiError(401, NO_KEY, AUTH, code="invalid_api_key")
     if looks_like_key(token):
         key = current_app.extensions["picobot.apikeys"].verify(token)
         if key is not None:
             return service.Principal("key", key.id, key.name, key.agent)
+        # a PicoBot key that is wrong or revoked fails loudly, open server or not
     else:
         device = pairing().verify(token)
         if device is not None:
             return service.Principal("device", device.id, device.name, None)
+        if open_server:  # the SDKs always send some api_key ("none", "sk-..."): an open server takes it, as Ollama does
+            return _anonymous()
     raise ApiError(401, NO_KEY, AUTH, code="invalid_api_key")
+
+
+def _anonymous() -> service.Principal:
+    """A client of an open server (pairing off) with no PicoBot credential: its dialogs belong to its address."""
+    return service.Principal("open", "addr_" + client_address().replace(":", "_")[:48], "", None)
 
 
 def _checked(rt: Runtime) -> service.Principal:

@@ -160,7 +160,8 @@ def picobot_close() -> None:
 
 @hookspec
 def picobot_input_received(ctx, ports) -> Any:
-    """The gateway starts storing an input (web process; `ctx.session_id` and `ctx.turn_id` empty).
+    """The gateway starts storing an input (`ctx.session_id` and `ctx.turn_id` empty): in the web process,
+    or for a platform channel (Telegram, WeChat, Feishu) in the worker's channel-event task.
     May return a callable `done(session_id, fate)`, called once in the same thread when the input was
     stored and its turn enqueued, or refused (a trace's intake span lives between the two)."""
 
