@@ -102,7 +102,12 @@ def test_a_raising_after_toolcall_leaves_the_result(hostile: Stack, llm: Any) ->
 def test_a_before_toolcall_that_times_out_denies_the_call(hostile: Stack, llm: Any) -> None:
     done = hostile.client().ask("what is 666+1 ?")
     assert done["status"] == "completed" and "[denied]" in done["final_text"] and "667" not in done["final_text"]
+    # the worker reports its plugins' errors with its next heartbeat (every 2 s): wait for it
+    deadline = time.monotonic() + 15
     plugins = hostile.health()["checks"]["plugins"]
+    while "hostile" not in plugins["detail"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+        plugins = hostile.health()["checks"]["plugins"]
     assert plugins["ok"] and "hostile" in plugins["detail"]
 
 
