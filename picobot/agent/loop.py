@@ -20,7 +20,8 @@ from picobot.domain.messages import ChatMessage, ToolCall, Usage, text_of
 from picobot.errors import ContextLengthExceeded, ProviderError, TurnCancelled
 from picobot.plugins.types import Deny, ModelCallView, ModelResponse, StageContext, ToolCallRecord, ToolCallView
 from picobot.security.redact import replace_secrets
-from picobot.providers.base import ChatRequest, Completed, Provider, ReasoningDelta, TextDelta, ToolCallDelta
+from picobot.providers.base import (ChatRequest, Completed, Provider, ReasoningDelta, StreamRestarted, TextDelta,
+                                    ToolCallDelta)
 from picobot.tools.base import RunningAgent, ToolContext, ToolResult
 from picobot.tools.registry import ToolRegistry
 
@@ -62,6 +63,7 @@ class LoopResult:
     status: str = "completed"  # completed | cancelled | failed
     error: str | None = None
     partial_text: str = ""  # a stopped turn: what the interrupted model call had streamed
+    answered_by: str = ""  # "<provider>:<model>" of the last answer, when a fallback chain is in use
 
     @property
     def final_text(self) -> str:
@@ -194,12 +196,22 @@ class AgentLoop:
                 controller.reasoning(event.text)
             elif isinstance(event, ToolCallDelta):
                 controller.tool_call_streaming(event.index, event.id, event.name, event.arguments)
+            elif isinstance(event, StreamRestarted):
+                controller.restart_call()  # the next provider answers from the start: one answer, not two halves
             elif isinstance(event, Completed):
+                if event.answered_by:
+                    result.answered_by = event.answered_by
+                    controller.answered(event.answered_by)
                 result.usage = result.usage + event.usage
                 result.last_input_tokens = event.usage.input_tokens or result.last_input_tokens
                 if watch is not None:
                     watch.usage, watch.finish_reason = event.usage, event.stop_reason
+                    # a fallback chain: metrics and traces name the provider and model that answered
+                    watch.provider, watch.model = getattr(stream, "answered", None) or (watch.provider, watch.model)
                 message = masked_message(event.message, ctx.secrets)
+                if event.answered_by:  # stored with the message: which chain entry answered it
+                    message = replace(message, provider_state={**(message.provider_state or {}),
+                                                               "answered_by": event.answered_by})
                 if self.hooks is not None and self.hooks.has("post_action"):
                     self.hooks.post_action(self._stage, _response_view(message, event.usage))
                 return message

@@ -31,6 +31,9 @@ class TurnController:
         self._lock = threading.RLock()
         self._streaming_tools: dict[int, dict[str, Any]] = {}
         self._call_text = ""  # text of the model call in flight, kept if the turn is stopped
+        self._call_start = 0
+        self._call_prefix = -1
+        self.answered_by: str | None = None
 
     # --- events ----------------------------------------------------------------------
 
@@ -52,6 +55,25 @@ class TurnController:
         with self._lock:
             self._streaming_tools = {}
             self._call_text = ""
+            # where this call's output starts, so a restarted call can take it back
+            last = self.blocks[-1] if self.blocks else None
+            self._call_start = len(self.blocks)
+            self._call_prefix = len(last["text"]) if last and last["type"] in ("text", "reasoning") else -1
+
+    def restart_call(self) -> None:
+        """Forget what the model call in flight has shown: it starts again elsewhere (a fallback)."""
+        with self._lock:
+            del self.blocks[self._call_start:]
+            if self._call_prefix >= 0 and self.blocks:
+                self.blocks[-1]["text"] = self.blocks[-1]["text"][:self._call_prefix]
+            self._streaming_tools = {}
+            self._call_text = ""
+            self._bump()
+
+    def answered(self, label: str) -> None:
+        """Record which `<provider>:<model>` answered (a fallback chain); shown in the snapshot."""
+        with self._lock:
+            self.answered_by = label
 
     def partial_text(self) -> str:
         """What the model in flight had said so far (for a stopped turn's record)."""
@@ -134,6 +156,7 @@ class TurnController:
             "type": "turn_updated", "session_id": self.session_id, "turn_id": self.turn_id,
             "revision": self.revision, "status": self.status, "inbound_seqs": list(self.inbound_seqs),
             "blocks": [self._masked(b) for b in self.blocks],
+            **({"answered_by": self.answered_by} if self.answered_by else {}),
         }
 
     def _masked(self, block: dict[str, Any]) -> dict[str, Any]:

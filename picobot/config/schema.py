@@ -60,6 +60,10 @@ class ProviderConfig(_Section):
     llm_timeout_secs: float = Field(default=120.0, gt=0)
     memory_maintenance_timeout_secs: float = Field(default=600.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
+    # Circuit breaker (used when an agent has a fallback chain): skipped for the cool-down after
+    # this many consecutive failures, then probed again. 0 = never skipped.
+    breaker_failures: int = Field(default=3, ge=0, le=1000)
+    breaker_cooldown_secs: float = Field(default=30.0, gt=0, le=86400)
 
     _blank = field_validator("base_url", "api_key", mode="before")(_blank_to_none)
     _url = field_validator("base_url")(_check_http_url)
@@ -81,6 +85,8 @@ class AgentConfig(_Section):
     tool_result_max_chars: int = Field(default=20000, gt=0)
     context_tool_result_trim_chars: int = Field(default=2000, ge=0)
     system_prompt: str | None = None
+    # "<provider>:<model>" keys tried in order when the agent's own provider is unavailable
+    fallback: list[str] = Field(default_factory=list, max_length=16)
 
 
 # --- gateway ------------------------------------------------------------------------
@@ -601,6 +607,17 @@ class Config(_Section):
                 f"agents.{name}.model",
                 f"unknown model {agent.model!r} (known: {_known(self.models)})",
             )
+        for i, entry in enumerate(agent.fallback):
+            self._check_fallback_entry(f"agents.{name}.fallback[{i}]", entry)
+
+    def _check_fallback_entry(self, key_path: str, entry: str) -> None:
+        provider, sep, model = entry.partition(":")
+        if not sep or not provider or not model:
+            raise ConfigError(key_path, f"expected '<provider>:<model>', got {entry[:80]!r}")
+        if provider not in self.providers:
+            raise ConfigError(key_path, f"unknown provider {provider[:64]!r} (known: {_known(self.providers)})")
+        if model not in self.models:
+            raise ConfigError(key_path, f"unknown model {model[:64]!r} (known: {_known(self.models)})")
 
     def _check_agent_name(self, key_path: str, name: str) -> None:
         if name not in self.agents:

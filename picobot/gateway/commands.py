@@ -192,6 +192,7 @@ def cmd_info(ctx: CommandContext, arg: str) -> Reply:
     with ctx.rt.db.write() as s:
         row = _current(ctx, s)
         info = session_info(ctx.rt, row, messages.count(s, row.id))
+        info["answered_by"] = messages.last_answered_by(s, row.id)  # set when a fallback chain is in use
         info["compaction"] = compaction_info(ctx.rt, s, row, info["context_window_tokens"])
     extra = plugin_info(ctx.rt, info["session_id"], info)
     if "--json" in arg:
@@ -201,6 +202,8 @@ def cmd_info(ctx: CommandContext, arg: str) -> Reply:
             f"Tokens: {info['input_tokens']} in / {info['output_tokens']} out\n"
             f"Context window: {info['context_tokens']} / {info['context_window_tokens']} "
             f"({info['context_used_pct']}%)\n{_compaction_line(info['compaction'])}")
+    if info["answered_by"]:
+        text += f"\nLast answered by: {info['answered_by']}"
     text += "".join(f"\n{name}: {value}" for name, value in extra.items())
     return Reply("command", session_id=info["session_id"], data=info, text=text)
 

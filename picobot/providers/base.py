@@ -61,9 +61,17 @@ class Completed:
     message: ChatMessage  # role="assistant", with tool_calls / reasoning_content / provider_state
     usage: Usage
     stop_reason: str = ""  # normalised: "stop" | "tool_calls" | "length" | other raw value
+    answered_by: str = ""  # "<provider>:<model>" when a fallback chain answered (see providers.fallback)
 
 
-ProviderEvent = TextDelta | ReasoningDelta | ToolCallDelta | Completed
+@dataclass
+class StreamRestarted:
+    """A fallback chain threw away what this call had streamed and starts again on its next entry."""
+
+    reason: str = ""
+
+
+ProviderEvent = TextDelta | ReasoningDelta | ToolCallDelta | Completed | StreamRestarted
 
 
 class ProviderStream(Protocol):

@@ -27,6 +27,7 @@ def check_health(rt: "Runtime") -> dict[str, Any]:
         "workers": _check(lambda: _workers(rt)),
         "beat": _check(lambda: _beat(rt)),
         "provider": _check(lambda: _provider(rt)),
+        "provider_breakers": _check(lambda: _breakers(rt)),
         "sandbox": _check(lambda: _sandbox(rt)),
         "deliveries": _check(lambda: _deliveries(rt)),
     }
@@ -82,6 +83,19 @@ def _provider(rt: "Runtime") -> dict[str, Any]:
     resolved = rt.config.agent("default")
     return {"ok": True, "configured": True,
             "detail": f"{resolved.provider.type} model {resolved.model.model_id}"}
+
+
+def _breakers(rt: "Runtime") -> dict[str, Any]:
+    """Each provider's circuit breaker (closed / open / probing); an open one is skipped by fallback chains.
+
+    Informational: a provider cooling down does not make the gateway unhealthy, its fallback answers.
+    """
+    from picobot.runtime.provider_chain import breakers
+
+    b = breakers(rt)
+    states = {key: b.state(key) for key in sorted(rt.config.providers)}
+    detail = ", ".join(f"{k} {v['state']}" for k, v in states.items()) or "no providers"
+    return {"ok": True, "providers": states, "detail": detail}
 
 
 def _sandbox(rt: "Runtime") -> dict[str, Any]:

@@ -23,6 +23,7 @@ from picobot.errors import ConfigError, ToolError
 from picobot.plugins.types import InputMessage, StageContext, TurnView
 from picobot.runtime import attempts
 from picobot.runtime.lease import Lease
+from picobot.runtime.provider_chain import agent_provider
 from picobot.runtime.services import Runtime
 from picobot.runtime.session_messages import SessionMessenger, run_after
 from picobot.storage import inbound, messages, sessions, turns
@@ -198,6 +199,7 @@ def _finish(rt: Runtime, session_id: str, claimed: "_Claimed", controller: TurnC
         # an interrupted turn answers nothing: its input goes back to the queue and is re-run
         "inbound_seqs": seqs if committed else [],
         "usage": {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens},
+        **({"answered_by": result.answered_by} if result.answered_by else {}),
     }, last_snapshot=controller.snapshot())
 
 
@@ -246,7 +248,7 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
         return _answered(new, controller, rt.plugins.before_output(stage, answer))
     try:
         resolved = cfg.agent(claimed.agent)
-        provider = rt.provider(resolved.provider_key)
+        provider = agent_provider(rt, resolved)
     except ConfigError as exc:
         return LoopResult(messages=new, usage=Usage(), status="failed",
                           error=f"No model is configured: {exc.reason}")

@@ -95,6 +95,17 @@ def load_history(conn: Connection, session_id: str) -> list[ChatMessage]:
     return repair_tool_chains(load(conn, session_id, since))
 
 
+def last_answered_by(s: Session, session_id: str) -> str | None:
+    """The `<provider>:<model>` a fallback chain recorded on the dialog's newest answers, if any."""
+    q = (select(MessageRow.provider_state).where(MessageRow.session_id == session_id, MessageRow.role == "assistant")
+         .order_by(MessageRow.position.desc()).limit(5))
+    for state in s.scalars(q):
+        label = state.get("answered_by") if isinstance(state, dict) else None
+        if isinstance(label, str):
+            return label
+    return None
+
+
 def count(s: Session, session_id: str) -> int:
     return s.scalar(select(func.count()).select_from(MessageRow).where(MessageRow.session_id == session_id)) or 0
 
