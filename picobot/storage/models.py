@@ -499,3 +499,38 @@ class HookRunRow(Base):
         Index("ix_hook_runs_status", "status"),
         Index("ix_hook_runs_callback", "callback_status", "callback_next_at"),
     )
+
+
+class UsageRow(Base):
+    """One model call's tokens and estimated cost: the ledger budgets are enforced from and usage reports read.
+
+    Kept in SQL so spend survives a Redis flush; no foreign key to `sessions`, so a deleted dialog's
+    spend still counts toward its user's and the day's totals.
+    """
+
+    __tablename__ = "usage_records"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    day: Mapped[str] = mapped_column(String(10))  # "YYYY-MM-DD" in UTC; a month is its first 7 characters
+    kind: Mapped[str] = mapped_column(String(32), default="turn")  # turn | subagent | compaction | title | ...
+    session_id: Mapped[str | None] = mapped_column(String(512), nullable=True)  # the root dialog (sub-agents: the parent's)
+    turn_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    run_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # a sub-agent run
+    job_id: Mapped[str | None] = mapped_column(String(128), nullable=True)  # a scheduled job's run
+    channel: Mapped[str] = mapped_column(String(64), default="")
+    user: Mapped[str] = mapped_column(String(320), default="")  # "<channel>:<sender_id>"
+    agent: Mapped[str] = mapped_column(String(64), default="")
+    provider: Mapped[str] = mapped_column(String(64), default="")
+    model: Mapped[str] = mapped_column(String(256), default="")  # the model id the provider was asked for
+    input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    output_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cached_input_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    cost_usd: Mapped[float] = mapped_column(Float, default=0.0)  # estimated from `prices`
+
+    __table_args__ = (
+        Index("ix_usage_day", "day"),
+        Index("ix_usage_user_day", "user", "day"),
+        Index("ix_usage_session", "session_id"),
+        Index("ix_usage_job_day", "job_id", "day"),
+    )
