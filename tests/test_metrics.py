@@ -3,6 +3,8 @@ scrape-time gauges, and who may scrape."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import ipaddress
 import json
 import time
@@ -103,7 +105,8 @@ def test_queue_depth_reads_what_celery_stored(redis_url: str) -> None:
     app.send_task("picobot.turn", args=["s2"], queue="turns", priority=6)
     app.send_task("picobot.deliver", args=["feishu", "c"], queue="outbound", priority=9)
     r = redis.Redis.from_url(redis_url, decode_responses=True)
-    depths = {s.labels["queue"]: s.value for s in queue_depths(r).samples}
+    ports = SimpleNamespace(config=app.picobot_config, redis=r)
+    depths = {s.labels["queue"]: s.value for s in queue_depths(ports).samples}
     assert depths == {"turns": 2, "maintenance": 0, "subagents": 0, "scheduled": 0, "outbound": 1}
 
 

@@ -22,6 +22,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from picobot.runtime import broker_queues
+from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
 from picobot.runtime.task_names import QUEUE_SCHEDULED
 from picobot.scheduler import redbeat_entries
 
@@ -119,11 +121,18 @@ class PicoBeatScheduler(RedBeatScheduler):
             return False, wait
         if self._job_room is None:
             capacity = self.app.picobot_config.scheduler.worker_queue_capacity
-            self._job_room = capacity - int(get_redis(self.app).llen(QUEUE_SCHEDULED) or 0)
+            self._job_room = capacity - self._scheduled_depth()
         if self._job_room <= 0:
             return False, self.max_interval  # the queue is full: the next tick tries again
         self._job_room -= 1
         return True, None
+
+    def _scheduled_depth(self) -> int:
+        """Tasks waiting in the `scheduled` queue, on the Redis or RabbitMQ broker."""
+        config = self.app.picobot_config
+        broker = resolve_broker_url(config)
+        client = get_redis(self.app) if broker == resolve_redis_url(config) else None
+        return broker_queues.queue_depths(broker, [QUEUE_SCHEDULED], client)[QUEUE_SCHEDULED]
 
     def maybe_due(self, entry, **kwargs):  # type: ignore[no-untyped-def]
         job = self._job_due(entry)

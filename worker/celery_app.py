@@ -8,7 +8,8 @@ import threading
 from celery import Celery, signals
 
 from picobot.config import Config
-from picobot.runtime.redis_url import resolve_redis_url
+from picobot.config.home import REDIS_SCHEMES, url_scheme
+from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
 from picobot.app import App as Runtime, build_runtime
 from picobot.runtime.task_names import (
     CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB,
@@ -45,13 +46,14 @@ class PicoCelery(Celery):
 def make_celery(config: Config) -> PicoCelery:
     app = PicoCelery(config)
     url = resolve_redis_url(config)
+    broker = resolve_broker_url(config)  # CELERY_BROKER_URL (RabbitMQ) or the same Redis
     sweep_every = config.gateway.sweep_interval_secs
     app.conf.update(
-        broker_url=url,
-        # kombu's Redis transport minus a client per publish (other schemes, e.g. sentinel://, keep kombu's)
-        broker_transport="worker.broker:Transport" if url.split("://", 1)[0] in ("redis", "rediss") else None,
+        broker_url=broker,
+        # kombu's Redis transport minus a client per publish (other schemes, e.g. sentinel:// or amqp://, keep kombu's)
+        broker_transport="worker.broker:Transport" if url_scheme(broker) in ("redis", "rediss") else None,
         broker_connection_retry_on_startup=True,
-        broker_transport_options=_transport_options(url),
+        broker_transport_options=_transport_options(broker),
         task_ignore_result=True,
         task_acks_late=False,  # recovery is the sweeper's job, from SQL, not the broker's
         task_default_queue=QUEUE_TURNS,
@@ -93,11 +95,10 @@ def make_celery(config: Config) -> PicoCelery:
 
 
 def _transport_options(url: str) -> dict:
-    options: dict = {"visibility_timeout": 3600}
-    if url.split("://", 1)[0] in ("redis", "rediss", "sentinel"):
-        # replies and platform events before new turns (worker/broker.py)
-        options["queue_order_strategy"] = "worker.broker:OutboundFirstCycle"
-    return options
+    if url_scheme(url) not in REDIS_SCHEMES:
+        return {}  # RabbitMQ: kombu's defaults (no visibility timeout; every queue consumed at once)
+    # replies and platform events before new turns (worker/broker.py)
+    return {"visibility_timeout": 3600, "queue_order_strategy": "worker.broker:OutboundFirstCycle"}
 
 
 def _memory_maintenance_entry(config: Config) -> dict:

@@ -138,6 +138,8 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, 
     db.migrate()
     pair_line = _pairing_line(config, db)
     env = dict(os.environ, REDIS_URL=redis_url, PICOBOT_HOME=str(config.home))
+    if config.broker_url:  # RabbitMQ (or another Redis) for the task queues: every child uses it
+        env["CELERY_BROKER_URL"] = config.broker_url
     children = [Child("web", web_argv(config)), Child("worker", worker_argv()), Child("beat", beat_argv())]
     if demo_port is not None:  # first: the worker's first model call finds it listening
         children.insert(0, Child("demo model", [sys.executable, "-m", "picobot.demo.llm", "--port", str(demo_port)]))
@@ -155,7 +157,8 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, 
     host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
     where = "embedded Redis" if redis_proc else "Redis"
     print(f"PicoBot is starting: http://{host}:{config.gateway.port}/  (WebSocket /ws, health /health)")
-    print(f"  {where}: {safe_url(redis_url)}\n  database: {safe_url(config.database_url)}\n"
+    broker = f"\n  task broker: {safe_url(config.broker_url)}" if config.broker_url else ""
+    print(f"  {where}: {safe_url(redis_url)}{broker}\n  database: {safe_url(config.database_url)}\n"
           f"  chat from a terminal: picobot chat    stop: Ctrl-C", flush=True)
     if pair_line:
         print(pair_line, flush=True)

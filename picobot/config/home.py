@@ -13,7 +13,15 @@ from typing import Mapping
 DEFAULT_HOME = "~/.picobot"
 
 # Keys of Config that the loader computes; a config file may not set them.
-RUNTIME_KEYS = ("home", "config_path", "database_url", "redis_url")
+RUNTIME_KEYS = ("home", "config_path", "database_url", "redis_url", "broker_url")
+
+# Task brokers PicoBot runs on: Redis (the default) or RabbitMQ (CELERY_BROKER_URL)
+REDIS_SCHEMES = ("redis", "rediss", "sentinel")
+AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
+
+
+def url_scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower() if "://" in url else ""
 
 
 def picobot_home(environ: Mapping[str, str] | None = None) -> Path:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Mapping, Sequence, Union, get_
 
 from dotenv import dotenv_values
 
-from picobot.config.home import RUNTIME_KEYS, default_database_url, picobot_home
+from picobot.config.home import AMQP_SCHEMES, REDIS_SCHEMES, RUNTIME_KEYS, default_database_url, picobot_home, url_scheme
 from picobot.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -429,5 +429,17 @@ def load_config(
         config_path=src.file,
         database_url=database_url(src.env, src.home),
         redis_url=_env(src.env, "REDIS_URL"),
+        broker_url=_broker_url(src.env),
     )
     return _validate(data, src.file, src.dropped)
+
+
+def _broker_url(env: Mapping[str, str]) -> str | None:
+    """CELERY_BROKER_URL, checked: a scheme Celery can use here (Redis or RabbitMQ), or a ConfigError."""
+    url = _env(env, "CELERY_BROKER_URL")
+    if url is None:
+        return None
+    if url_scheme(url) not in REDIS_SCHEMES + AMQP_SCHEMES:
+        raise ConfigError("CELERY_BROKER_URL", "must be a redis://, rediss://, sentinel:// or amqp:// URL "
+                                               f"(got a {url_scheme(url) or 'scheme-less'} one)")
+    return url

@@ -558,6 +558,7 @@ class Config(_Section):
     config_path: Path | None = Field(default=None, exclude=True)
     database_url: str = Field(default="", exclude=True, repr=False)  # "" = SQLite in home
     redis_url: str | None = Field(default=None, exclude=True, repr=False)
+    broker_url: str | None = Field(default=None, exclude=True, repr=False)  # CELERY_BROKER_URL; None = redis_url
 
     @model_validator(mode="after")
     def _complete(self) -> Config:

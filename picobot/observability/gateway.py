@@ -34,7 +34,7 @@ class GatewayCollector(Collector):
         yield from families.values()
         yield scrape.gauge("picobot_metrics_processes", "Worker processes whose samples this scrape includes",
                            len(workers[0]) if workers else 0)
-        yield from scrape.guarded("queues", lambda: scrape.queue_depths(self.ports.redis), errors)
+        yield from scrape.guarded("queues", lambda: scrape.queue_depths(self.ports), errors)
         yield from scrape.guarded("deliveries", lambda: scrape.deliveries(self.ports.db), errors)
         yield from scrape.guarded("scheduler", lambda: scrape.scheduler_lag(self.ports.db), errors)
         if self.sockets is not None:

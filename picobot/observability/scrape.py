@@ -1,7 +1,6 @@
 """Gauges read when /metrics is scraped: cheap reads of Redis and SQL, each part guarded on its own.
 
-Queue depths come from the broker's lists: kombu's Redis transport keeps a queue as the list named
-after it, plus one list per priority step (`<queue>\\x06\\x16<step>`); a depth is their sum.
+Queue depths come from the broker: Redis lists or RabbitMQ queues (picobot/runtime/broker_queues.py).
 """
 
 from __future__ import annotations
@@ -12,31 +11,27 @@ from typing import Any, Callable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import select
 
+from picobot.runtime import broker_queues
+from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
 from picobot.runtime.task_names import ALL_QUEUES
 from picobot.storage import outbox
 from picobot.storage.models import JobRunRow
 
 log = logging.getLogger("picobot.observability")
 
-PRIORITY_SEP = "\x06\x16"
-PRIORITY_STEPS = (0, 3, 6, 9)  # kombu's default priority_steps
 LAG_RUNS = 100  # the scheduler lag is read from this many newest job runs
 _RUNS = JobRunRow.__table__
 _RECENT_RUNS = (select(_RUNS.c.due_at, _RUNS.c.created_at).where(_RUNS.c.due_at > 0)
                 .order_by(_RUNS.c.id.desc()).limit(LAG_RUNS))
 
 
-def queue_depths(r: Any) -> GaugeMetricFamily:
-    g = GaugeMetricFamily("picobot_queue_depth", "Tasks waiting in each task queue (the broker's lists)",
+def queue_depths(ports: Any) -> GaugeMetricFamily:
+    g = GaugeMetricFamily("picobot_queue_depth", "Tasks waiting in each task queue (Redis lists or RabbitMQ queues)",
                           labels=["queue"])
-    pipe = r.pipeline(transaction=False)
-    for queue in ALL_QUEUES:
-        for step in PRIORITY_STEPS:
-            pipe.llen(queue if not step else f"{queue}{PRIORITY_SEP}{step}")
-    sizes = pipe.execute()
-    n = len(PRIORITY_STEPS)
-    for i, queue in enumerate(ALL_QUEUES):
-        g.add_metric([queue], sum(int(s or 0) for s in sizes[i * n:(i + 1) * n]))
+    broker = resolve_broker_url(ports.config)
+    same_redis = broker == resolve_redis_url(ports.config)
+    for queue, depth in broker_queues.queue_depths(broker, ALL_QUEUES, ports.redis if same_redis else None).items():
+        g.add_metric([queue], depth)
     return g
 
 
