@@ -66,13 +66,14 @@ def test_up_demo_answers_with_a_tool_call_and_no_key(tmp_path: Path) -> None:
     home.mkdir()
     (home / "config.json").write_text(json.dumps({"gateway": {"port": port}}))
     log = open(tmp_path / "up.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "picobot", "up", "--demo", "--embedded-redis"], env=_env(home),
+    proc = subprocess.Popen([sys.executable, "-m", "picobot", "up", "--demo", "--embedded-redis", "--workers", "2"],
+                            env=_env(home),
                             cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         def healthy() -> bool:
             try:
                 checks = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()["checks"]
-                return checks["provider"]["ok"] and checks["workers"]["ok"]
+                return checks["provider"]["ok"] and len(checks["workers"].get("alive") or []) == 2
             except (httpx.HTTPError, ValueError, KeyError):
                 return False
 
@@ -84,6 +85,13 @@ def test_up_demo_answers_with_a_tool_call_and_no_key(tmp_path: Path) -> None:
         assert "The tool calculator returned: 5" in chat.stdout
         banner = (tmp_path / "up.log").read_text(errors="replace")
         assert "model: the built-in demo model" in banner and "no model is configured" not in banner
+        assert "worker processes: 2" in banner
+        # the workers run at a lower priority than the web process, which answers sockets and webhooks first
+        nice = {_cmdline(pid): _niceness(pid) for pid in _group(proc.pid)}
+        workers = [n for cmd, n in nice.items() if " worker " in f" {cmd} " and "celery" in cmd]
+        webs = [n for cmd, n in nice.items() if "gunicorn" in cmd]
+        assert len(workers) == 2 and all(n == 10 for n in workers), nice
+        assert webs and all(n == 0 for n in webs), nice
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
@@ -98,3 +106,38 @@ def test_up_demo_refuses_a_home_whose_config_lists_providers(tmp_path: Path) -> 
     r = subprocess.run([sys.executable, "-m", "picobot", "up", "--demo"], env=_env(home), cwd=tmp_path,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--demo runs the built-in demo model only when config.json lists no providers" in r.stderr
+
+
+def _group(pgid_of: int) -> list[int]:
+    """The processes `picobot up` started (each child leads a session of its own, whose parent is up)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pgid_of:  # ppid
+                found.append(int(entry.name))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    return (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")).strip()
+
+
+def _niceness(pid: int) -> int:
+    return int((Path(f"/proc/{pid}/stat").read_text()).rsplit(")", 1)[1].split()[16])
+
+
+def test_the_worker_count_is_checked() -> None:
+    from picobot.cli.processes import worker_count
+
+    assert worker_count(3, {}) == 3
+    assert worker_count(None, {"PICOBOT_WORKERS": "2"}) == 2
+    assert 1 <= worker_count(None, {}) <= 8
+    for bad in ("0", "-1", "two", "1e3", "65", "\udc80"):
+        with pytest.raises(ValueError, match="PICOBOT_WORKERS"):
+            worker_count(None, {"PICOBOT_WORKERS": bad})
+    with pytest.raises(ValueError, match="--workers"):
+        worker_count(0, {})

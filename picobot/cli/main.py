@@ -82,7 +82,15 @@ def cmd_up(args: argparse.Namespace) -> int:
               f"(it lists: {', '.join(sorted(config.providers))}); use another PICOBOT_HOME to try the demo.",
               file=sys.stderr)
         return 2
-    return up(config, with_flower=args.flower, embedded_redis=args.embedded_redis, demo_port=demo_port)
+    from picobot.cli.processes import worker_count
+
+    try:
+        workers = worker_count(args.workers)
+    except ValueError as exc:
+        print(f"picobot: {exc}", file=sys.stderr)
+        return 2
+    return up(config, with_flower=args.flower, embedded_redis=args.embedded_redis, demo_port=demo_port,
+              workers=workers)
 
 
 def _demo_environment() -> int:
@@ -265,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="start a private Redis under the PicoBot home even if one is configured or running")
     up.add_argument("--demo", action="store_true",
                     help="run with the built-in demo model (no key needed): streaming, a tool call, the web UI")
+    up.add_argument("--workers", type=int, metavar="N",
+                    help="worker processes to run (default: $PICOBOT_WORKERS, else one per CPU core, at most 8)")
     up.set_defaults(fn=cmd_up)
     for name in ("web", "gateway"):
         w = sub.add_parser(name, help="run the web/WebSocket front end (gunicorn)")

@@ -58,8 +58,12 @@ class Child:
     proc: subprocess.Popen | None = None
     restarts: list[float] = field(default_factory=list)
 
+    nice: int = 0  # added to the process's niceness (workers yield the CPU to the web process)
+
     def start(self, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(self.argv, env=env, start_new_session=True)
+        increment = self.nice
+        preexec = (lambda: os.nice(increment)) if increment > 0 else None
+        self.proc = subprocess.Popen(self.argv, env=env, start_new_session=True, preexec_fn=preexec)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -120,7 +124,30 @@ class Supervisor:
                 child.proc.wait()
 
 
-def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, demo_port: int | None = None) -> int:
+MAX_AUTO_WORKERS = 8
+WORKER_NICE = 10  # the web process answers sockets and webhooks first when workers fill the cores
+
+
+def worker_count(requested: int | None = None, environ: dict[str, str] | None = None) -> int:
+    """Worker processes `picobot up` runs: --workers, else $PICOBOT_WORKERS, else one per core (at most 8).
+
+    Each process has its own GIL, so a busy machine's cores all run turns; a turn waiting on the model
+    holds only a thread, so more processes than cores buy nothing."""
+    env = os.environ if environ is None else environ
+    if requested is None and env.get("PICOBOT_WORKERS"):
+        raw = env["PICOBOT_WORKERS"].strip()
+        if not raw.isdigit() or not 1 <= int(raw) <= 64:
+            raise ValueError(f"PICOBOT_WORKERS must be a whole number from 1 to 64 (got {raw[:40]!r})")
+        requested = int(raw)
+    if requested is not None:
+        if not 1 <= requested <= 64:
+            raise ValueError(f"--workers must be from 1 to 64 (got {requested})")
+        return requested
+    return max(1, min(MAX_AUTO_WORKERS, os.cpu_count() or 1))
+
+
+def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, demo_port: int | None = None,
+       workers: int = 1) -> int:
     from picobot.cli.embedded_redis import choose_redis
     from picobot.storage.db import Database
 
@@ -140,7 +167,11 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, 
     env = dict(os.environ, REDIS_URL=redis_url, PICOBOT_HOME=str(config.home))
     if config.broker_url:  # RabbitMQ (or another Redis) for the task queues: every child uses it
         env["CELERY_BROKER_URL"] = config.broker_url
-    children = [Child("web", web_argv(config)), Child("worker", worker_argv()), Child("beat", beat_argv())]
+    names = ["worker"] if workers == 1 else [f"worker {i}" for i in range(1, workers + 1)]
+    children = [Child("web", web_argv(config)),
+                *(Child(label, worker_argv(name=None if workers == 1 else f"w{i}@%h"), nice=WORKER_NICE)
+                  for i, label in enumerate(names, start=1)),
+                Child("beat", beat_argv())]
     if demo_port is not None:  # first: the worker's first model call finds it listening
         children.insert(0, Child("demo model", [sys.executable, "-m", "picobot.demo.llm", "--port", str(demo_port)]))
     from picobot.cli.feishu import long_connection_channels
@@ -159,6 +190,7 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, 
     print(f"PicoBot is starting: http://{host}:{config.gateway.port}/  (WebSocket /ws, health /health)")
     broker = f"\n  task broker: {safe_url(config.broker_url)}" if config.broker_url else ""
     print(f"  {where}: {safe_url(redis_url)}{broker}\n  database: {safe_url(config.database_url)}\n"
+          f"  worker processes: {workers} (nice +{WORKER_NICE}; --workers or PICOBOT_WORKERS to change)\n"
           f"  chat from a terminal: picobot chat    stop: Ctrl-C", flush=True)
     if pair_line:
         print(pair_line, flush=True)
