@@ -63,11 +63,12 @@ class Stack:
 
     # --- processes ---------------------------------------------------------------------
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, argv: list[str], nice: int = 0) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
         self._log_files.append(log)
+        preexec = (lambda: os.nice(nice)) if nice > 0 else None
         proc = subprocess.Popen([sys.executable, "-m", "picobot", *argv], env=self.env, cwd=self.cwd,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
         self.procs[name] = proc
         return proc
 
@@ -75,8 +76,9 @@ class Stack:
         self._spawn("web", ["web", "--bind", f"127.0.0.1:{self.port}"])
         wait_for(lambda: self._http_ok("/health"), 30, "web did not start")
 
-    def start_worker(self, name: str = "w1", concurrency: int = 50) -> subprocess.Popen:
-        proc = self._spawn(name, ["worker", "-c", str(concurrency), "-n", f"{name}@%h"])
+    def start_worker(self, name: str = "w1", concurrency: int = 50, nice: int = 0) -> subprocess.Popen:
+        """`nice`: the niceness `picobot up` gives its workers (the benchmarks run them as deployed)."""
+        proc = self._spawn(name, ["worker", "-c", str(concurrency), "-n", f"{name}@%h"], nice=nice)
         wait_for(lambda: any(n.startswith(f"{name}@") for n in self.workers_alive()), 40, f"worker {name} did not start")
         return proc
 
