@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picobot.config import AgentConfig, ChannelConfig, Config, ModelConfig
-SHIPPED = frozenset({"feishu", "telegram"})  # the channel types PicoBot ships (picobot/channels/plugin.py)
 from picobot.config.unused import UNUSED_KEYS, unused_settings, warning_lines
+
+SHIPPED = frozenset({"feishu", "telegram"})  # the channel types PicoBot ships (picobot/channels/plugin.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "CONFIGURATION.md"

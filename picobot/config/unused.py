@@ -15,6 +15,7 @@ from typing import Any, Iterator
 from pydantic import BaseModel
 
 from picobot.config.schema import Config
+from picobot.domain.scope import SOCKET_CHANNELS as _SOCKET_CHANNELS
 
 KeyPath = tuple[str, ...]
 
@@ -67,7 +68,6 @@ def _inner_paths(value: Any, path: KeyPath) -> Iterator[KeyPath]:
             yield from _inner_paths(item, path + (str(key),))
 
 
-from picobot.domain.scope import SOCKET_CHANNELS as _SOCKET_CHANNELS
 _CLASS_PATH = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 # Channels with no adapter whose `allow_from` still holds: the OpenAI-compatible API (picobot/openai_api)
 _EDGE_CHANNELS = _SOCKET_CHANNELS | {"openai_api"}

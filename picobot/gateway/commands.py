@@ -11,8 +11,6 @@ from typing import TYPE_CHECKING, Callable
 from picobot.config.access import agent_for
 from picobot.domain.messages import text_of
 from picobot.plugins.types import StageContext
-
-log = logging.getLogger("picobot.gateway")
 from picobot.gateway.inbound import InboundMessage, Reply
 from picobot.gateway.limits import RateLimits
 from picobot.runtime import control
@@ -23,6 +21,8 @@ from picobot.storage.models import SessionRow
 
 if TYPE_CHECKING:
     from picobot.runtime.services import Runtime
+
+log = logging.getLogger("picobot.gateway")
 
 HELP = """Commands:
   /new [title]          start a new dialog

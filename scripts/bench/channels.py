@@ -16,7 +16,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import httpx
 import sqlalchemy

@@ -15,7 +15,6 @@ claim), send -> claim, p50/p99.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import shutil
 import tempfile

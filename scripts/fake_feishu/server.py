@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qsl, urlsplit
 
-from scripts.fake_feishu.openapi import OpenApiState, err, ok
+from scripts.fake_feishu.openapi import OpenApiState, err
 from scripts.fake_feishu.reading import Reading
 
 RouteFn = Callable[[dict[str, str], dict[str, str], bytes], tuple[int, dict[str, str], bytes]]
