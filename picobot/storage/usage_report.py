@@ -221,9 +221,13 @@ def total(conn: Connection, r: DayRange, filters: Filters = Filters()) -> Totals
 
 def daily(conn: Connection, r: DayRange, filters: Filters = Filters()) -> list[dict[str, Any]]:
     """One entry per day of the range, days without calls as zeros (the chart's series)."""
-    stmt = select(UsageRow.day, *_SUMS).where(*_in_range(r, filters)).group_by(UsageRow.day)
-    found = {row.day: Totals.of(row) for row in conn.execute(stmt)}
+    found = _per_day(conn, r, filters)
     return [{"day": d, **found.get(d, Totals()).to_dict()} for d in r.days()]
+
+
+def _per_day(conn: Connection, r: DayRange, filters: Filters) -> dict[str, Totals]:
+    stmt = select(UsageRow.day, *_SUMS).where(*_in_range(r, filters)).group_by(UsageRow.day)
+    return {row.day: Totals.of(row) for row in conn.execute(stmt)}
 
 
 def for_session(conn: Connection, session_id: str) -> Totals:
@@ -246,10 +250,14 @@ def for_user(conn: Connection, user: str, today: str | None = None) -> dict[str,
 
 def report(conn: Connection, by: Sequence[str], r: DayRange, filters: Filters = Filters(),
            limit: int = DEFAULT_LIMIT, series: bool = False) -> dict[str, Any]:
-    """The whole answer `picobot usage --json` and `GET /api/usage` give."""
+    """The whole answer `picobot usage --json` and `GET /api/usage` give (`days` with `series`).
+
+    The total is the sum of the per-day series: one scan of the range fewer than asking for it.
+    """
     groups, more = grouped(conn, by, r, filters, limit) if by else ([], False)
+    days = _per_day(conn, r, filters)
     out: dict[str, Any] = {"since": r.since, "until": r.until, "by": list(by), "filters": filters.to_dict(),
-                           "total": total(conn, r, filters).to_dict(), "groups": groups, "more": more}
+                           "total": sum(days.values(), Totals()).to_dict(), "groups": groups, "more": more}
     if series:
-        out["days"] = daily(conn, r, filters)
+        out["days"] = [{"day": d, **days.get(d, Totals()).to_dict()} for d in r.days()]
     return out
