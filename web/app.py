@@ -85,6 +85,9 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
 
     app.register_blueprint(config_edit.bp)  # PATCH /api/config, GET /api/config/editable
     app.register_blueprint(logs.bp)  # GET /api/logs
+    from web import usage
+
+    app.register_blueprint(usage.bp)  # GET /api/usage
     if any(c.enabled and c.type == "feishu" for c in runtime.config.channels.values()):
         from web import feishu
 

@@ -16,7 +16,7 @@ from picobot.gateway.limits import RateLimits
 from picobot.runtime import control
 from picobot.runtime.health import check_health
 from picobot.storage import compaction as compaction_sql
-from picobot.storage import inbound, messages, sessions, turns
+from picobot.storage import inbound, messages, sessions, turns, usage_report
 from picobot.storage.models import SessionRow
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ HELP = """Commands:
   /archive              archive the current dialog
   /delete               delete the current dialog
   /info [--json]        dialog, token totals, context-window use, compaction
+  /usage [--json]       tokens and estimated cost: this dialog, you today and this month
   /compact              fold older history into a summary now (in the background)
   /dump                 the current dialog as Markdown
   /health               check PicoBot's dependencies
@@ -208,6 +209,29 @@ def cmd_info(ctx: CommandContext, arg: str) -> Reply:
     return Reply("command", session_id=info["session_id"], data=info, text=text)
 
 
+def cmd_usage(ctx: CommandContext, arg: str) -> Reply:
+    if arg not in ("", "--json"):
+        return Reply("command", code="usage", text="Usage: /usage [--json]")
+    with ctx.rt.db.write() as s:
+        row = _current(ctx, s)
+        dialog = usage_report.for_session(s.connection(), row.id).to_dict()
+        data = {"session_id": row.id, "dialog_id": row.dialog_id, "dialog": dialog,
+                **usage_report.for_user(s.connection(), f"{ctx.msg.channel}:{ctx.msg.sender_id}")}
+    if arg == "--json":
+        return Reply("command", session_id=row.id, data=data, text=json.dumps(data, indent=2, ensure_ascii=False))
+    today, month = data["today"], data["month"]
+    text = "\n".join(["Usage (estimated cost in USD)", _usage_line(f"This dialog ({row.dialog_id})", dialog),
+                      _usage_line(f"You today ({today['day']})", today),
+                      _usage_line(f"You this month ({month['month']})", month)])
+    return Reply("command", session_id=row.id, data=data, text=text)
+
+
+def _usage_line(label: str, t: dict) -> str:
+    cached = f", {t['cached_input_tokens']:,} of them cached" if t["cached_input_tokens"] else ""
+    return (f"{label}: {t['calls']:,} model call(s), {t['input_tokens']:,} in{cached} / "
+            f"{t['output_tokens']:,} out tokens, ${t['cost_usd']:.4f}")
+
+
 def plugin_info(rt: "Runtime", session_id: str, info: dict) -> dict:
     """The plugins' extra /info fields (the last turn's trace id), added to `info` where not taken."""
     extra: dict = {}
@@ -316,5 +340,5 @@ COMMANDS: dict[str, Handler] = {
     "/new": cmd_new, "/sessions": cmd_sessions, "/switch": cmd_switch, "/use": cmd_switch,
     "/rename": cmd_rename, "/archive": cmd_archive, "/delete": cmd_delete, "/info": cmd_info,
     "/dump": cmd_dump, "/help": cmd_help, "/?": cmd_help, "/health": cmd_health, "/queue": cmd_queue,
-    "/stop": cmd_stop, "/compact": cmd_compact,
+    "/stop": cmd_stop, "/compact": cmd_compact, "/usage": cmd_usage,
 }

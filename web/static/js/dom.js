@@ -64,6 +64,7 @@ const ICONS = {
   refresh: "M20 11a8 8 0 1 0-2.3 5.7M20 4v7h-7",
   book: "M5 4h10a4 4 0 0 1 4 4v12H9a4 4 0 0 1-4-4zM5 16a4 4 0 0 1 4-4h10",
   clock: "M12 7v5l3 2M21 12a9 9 0 1 1-18 0 9 9 0 0 1 18 0z",
+  bars: "M4 20h16M6 16v-5M11 16V6M16 16v-8",
 };
 
 export function icon(name, cls = "icon") {

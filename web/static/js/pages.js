@@ -18,6 +18,7 @@ export const PAGES = [
   { id: "knowledge", title: "Knowledge", icon: "book", group: "manage", load: () => import("./pages/knowledge.js") },
   { id: "jobs", title: "Jobs", icon: "clock", group: "manage", load: () => import("./pages/jobs.js") },
   { id: "logs", title: "Logs", icon: "pulse", group: "manage", load: () => import("./pages/logs.js") },
+  { id: "usage", title: "Usage", icon: "bars", group: "manage", load: () => import("./pages/usage.js") },
 ];
 
 export const DEFAULT_PAGE = "chat";
