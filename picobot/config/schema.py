@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Mapping, Union
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
+                      model_validator)
 
 from picobot.config.home import RUNTIME_KEYS, default_database_url, picobot_home  # noqa: F401 (re-exported)
 from picobot.config.model_refs import ModelChoice, check_profile_name, resolve_ref, shown, unique
@@ -575,6 +576,9 @@ class Config(_Section):
     config_path: Path | None = Field(default=None, exclude=True)
     database_url: str = Field(default="", exclude=True, repr=False)  # "" = SQLite in home
     redis_url: str | None = Field(default=None, exclude=True, repr=False)
+    # model_choices per agent (every turn asks): keyed with the agent's own entries; the rest of a loaded
+    # config does not change
+    _choices: dict[str, tuple[Any, tuple[ModelChoice, ...], tuple[ModelChoice, ...]]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _complete(self) -> Config:
@@ -650,23 +654,32 @@ class Config(_Section):
             raise ConfigError(key_path, str(exc)) from None
 
     def fallback_choices(self, name: str) -> list[ModelChoice]:
-        """The agent's fallback entries, resolved, in order."""
-        agent = self.agents[name]
-        return [self.resolve_model_ref(e, f"agents.{name}.fallback[{i}]") for i, e in enumerate(agent.fallback)]
+        """The agent's fallback entries, resolved, in order (empty for an unknown agent)."""
+        return list(self._resolved(name)[0])
 
     def model_choices(self, name: str) -> list[ModelChoice]:
         """What a dialog of agent `name` may use: its own model, its fallback entries, then `models`; each once.
 
         Empty for an unknown agent; without the agent's own pair while that is not configured.
         """
+        return list(self._resolved(name)[1])
+
+    def _resolved(self, name: str) -> tuple[tuple[ModelChoice, ...], tuple[ModelChoice, ...]]:
+        """(fallback entries, choices) of agent `name`, resolved once per version of its entries."""
         agent = self.agents.get(name)
         if agent is None:
-            return []
-        own = [ModelChoice(agent.provider, agent.model)]
-        if agent.provider not in self.providers or agent.model not in self.models:
-            own = []
-        listed = [self.resolve_model_ref(e, f"agents.{name}.models[{i}]") for i, e in enumerate(agent.models)]
-        return unique(own + self.fallback_choices(name) + listed)
+            return (), ()
+        key = (agent.provider, agent.model, tuple(agent.fallback), tuple(agent.models))
+        memo = self._choices.get(name)
+        if memo is None or memo[0] != key:
+            fallback = [self.resolve_model_ref(e, f"agents.{name}.fallback[{i}]") for i, e in enumerate(agent.fallback)]
+            listed = [self.resolve_model_ref(e, f"agents.{name}.models[{i}]") for i, e in enumerate(agent.models)]
+            own = [ModelChoice(agent.provider, agent.model)]
+            if agent.provider not in self.providers or agent.model not in self.models:
+                own = []
+            memo = (key, tuple(fallback), tuple(unique(own + fallback + listed)))
+            self._choices[name] = memo
+        return memo[1], memo[2]
 
     def dialog_choice(self, name: str, provider: str | None, model: str | None) -> ModelChoice | None:
         """A dialog's stored choice while the agent may still use it (config can change), else None."""
