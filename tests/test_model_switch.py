@@ -304,3 +304,42 @@ def test_hostile_model_arguments_are_refused(switch_stack: Stack, arg: str) -> N
         assert client.command("/info --json")["data"]["model"] == "default:default"
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("arg", [":", "nope", "x" * 100_000, "\ud800", "other\x00", "default:default", "fast"])
+def test_provider_with_junk_is_refused_and_changes_nothing(switch_stack: Stack, arg: str) -> None:
+    client = switch_stack.client()
+    try:
+        client.send(json.dumps({"type": "command", "command": f"/provider {arg}", "id": "junk"}))
+        reply = client.recv_until(lambda f: f.get("id") == "junk")
+        assert reply["code"] == "bad_provider" and "Nothing changed" in reply["text"], reply
+        assert len(reply["text"]) < 2000
+        assert client.command("/info --json")["data"]["model"] == "default:default"
+    finally:
+        client.close()
+
+
+def test_a_choice_the_config_drops_gives_way_to_the_agents_model(tmp_path, fake_llm, llm) -> None:  # type: ignore[no-untyped-def]
+    port = free_port()
+    cfg = switch_config(fake_llm.url, port)
+    stack = Stack(tmp_path, fake_llm.url, config=cfg)
+    stack.port = port
+    try:
+        stack.start(workers=1, beat=False)
+        client = stack.client("t-dropped")
+        assert client.command("/model default:second")["data"]["model_chosen"]
+        client.close()
+        stack.kill("w1")
+        stack.kill("web")
+        cfg["agents"]["default"]["models"] = ["fast"]  # default:second is no longer allowed
+        (stack.home / "config.json").write_text(json.dumps(cfg))
+        stack.start_web()
+        stack.start_worker("w1")
+        client = stack.client("t-dropped")
+        info = client.command("/info --json")["data"]
+        assert (info["model"], info["model_chosen"]) == ("default:default", False)
+        assert _ask(client, llm, "dropped") == ["fake-model"]
+        client.close()
+        assert "which agent default may no longer use" in stack.all_logs()
+    finally:
+        stack.stop()
