@@ -157,10 +157,8 @@ def cmd_delete(ctx: CommandContext, arg: str) -> Reply:
 
 def session_info(rt: "Runtime", row: SessionRow, message_count: int) -> dict:
     model = dialog_model(rt.config, row)
-    try:
-        window = rt.config.models[model["model"].partition(":")[2]].context_window_tokens
-    except Exception:
-        window = 128000
+    used = rt.config.models.get((model["model"] or ":").partition(":")[2])
+    window = used.context_window_tokens if used is not None else 128000
     used = row.last_input_tokens or 0
     return {
         **{k: v for k, v in _describe(row).items()}, **model, "messages": message_count,

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 MODEL_USAGE = ("/model lists this dialog's models; /model <provider>:<model> or /model <profile> switches; "
                "/model default goes back to the agent's own model.")
+STORED_KEY_CHARS = 256  # sessions.model_provider / model_key
 PROVIDER_USAGE = "/provider lists the providers; /provider <key> switches provider, keeping the model."
 
 
@@ -86,6 +87,9 @@ def _switch(ctx: "CommandContext", pick: Any) -> Reply:
         choice = pick(config, row, state)
         if isinstance(choice, Reply):
             return choice
+        if choice is not None and max(len(choice.provider), len(choice.model)) > STORED_KEY_CHARS:
+            return _refused(row.id, "bad_model", f"/model: {shown(choice.ref)} has a key longer than "
+                            f"{STORED_KEY_CHARS} characters, which a dialog cannot store. Nothing changed.", state)
         default = agent_default(config, row.agent)
         # the agent's own model is no choice: the dialog follows the agent's default when the config changes
         keep = choice if choice is not None and choice != default else None
