@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Mapping, Union
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
+                      model_validator)
 
 from picobot.config.home import RUNTIME_KEYS, default_database_url, picobot_home  # noqa: F401 (re-exported)
+from picobot.config.model_refs import ModelChoice, check_profile_name, resolve_ref, shown, unique
 from picobot.config.observability import LoggingConfig, MetricsConfig, TracingConfig
 from picobot.config.workspace import choose_workspace
 from picobot.domain.cron import check_cron  # noqa: F401 (re-exported)
@@ -85,8 +87,17 @@ class AgentConfig(_Section):
     tool_result_max_chars: int = Field(default=20000, gt=0)
     context_tool_result_trim_chars: int = Field(default=2000, ge=0)
     system_prompt: str | None = None
-    # "<provider>:<model>" keys tried in order when the agent's own provider is unavailable
+    # "<provider>:<model>" keys (or profile names) tried in order when the agent's own provider is unavailable
     fallback: list[str] = Field(default_factory=list, max_length=16)
+    # more "<provider>:<model>" keys (or profile names) a dialog may switch to with /model
+    models: list[str] = Field(default_factory=list, max_length=64)
+
+
+class ProfileConfig(_Section):
+    """A named `<provider>:<model>` pair, accepted wherever such a reference is."""
+
+    provider: str = Field(min_length=1)
+    model: str = Field(min_length=1)
 
 
 # --- gateway ------------------------------------------------------------------------
@@ -478,13 +489,19 @@ class HookConfig(_Section):
 
 @dataclass(frozen=True)
 class ResolvedAgent:
-    """An agent with its provider and model looked up."""
+    """An agent with its provider and model looked up (a dialog's `/model` choice, when `chosen`)."""
 
     name: str
     agent: AgentConfig
     provider_key: str
     provider: ProviderConfig
     model: ModelConfig
+    model_key: str = ""
+    chosen: bool = False
+
+    @property
+    def ref(self) -> str:
+        return f"{self.provider_key}:{self.model_key or self.agent.model}"
 
 
 def _known(names: Mapping[str, Any]) -> str:
@@ -537,6 +554,7 @@ class Config(_Section):
 
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
+    profiles: dict[str, ProfileConfig] = Field(default_factory=dict)  # name -> a provider and a model
     agents: dict[str, AgentConfig] = Field(default_factory=lambda: {"default": AgentConfig()})
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
@@ -559,6 +577,9 @@ class Config(_Section):
     database_url: str = Field(default="", exclude=True, repr=False)  # "" = SQLite in home
     redis_url: str | None = Field(default=None, exclude=True, repr=False)
     broker_url: str | None = Field(default=None, exclude=True, repr=False)  # CELERY_BROKER_URL; None = redis_url
+    # model_choices per agent (every turn asks): keyed with the agent's own entries; the rest of a loaded
+    # config does not change
+    _choices: dict[str, tuple[Any, tuple[ModelChoice, ...], tuple[ModelChoice, ...]]] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _complete(self) -> Config:
@@ -578,6 +599,8 @@ class Config(_Section):
                 job.schedule.at = job.schedule.at.replace(tzinfo=ZoneInfo(job.timezone) if job.timezone else zone)
 
     def _check_references(self) -> None:
+        for name, profile in self.profiles.items():
+            self._check_profile(name, profile)
         if "default" not in self.agents:
             raise ConfigError("agents", "an agent named 'default' is required")
         for name, agent in self.agents.items():
@@ -609,23 +632,72 @@ class Config(_Section):
                 f"unknown model {agent.model!r} (known: {_known(self.models)})",
             )
         for i, entry in enumerate(agent.fallback):
-            self._check_fallback_entry(f"agents.{name}.fallback[{i}]", entry)
+            self.resolve_model_ref(entry, f"agents.{name}.fallback[{i}]")
+        for i, entry in enumerate(agent.models):
+            self.resolve_model_ref(entry, f"agents.{name}.models[{i}]")
 
-    def _check_fallback_entry(self, key_path: str, entry: str) -> None:
-        provider, sep, model = entry.partition(":")
-        if not sep or not provider or not model:
-            raise ConfigError(key_path, f"expected '<provider>:<model>', got {entry[:80]!r}")
-        if provider not in self.providers:
-            raise ConfigError(key_path, f"unknown provider {provider[:64]!r} (known: {_known(self.providers)})")
-        if model not in self.models:
-            raise ConfigError(key_path, f"unknown model {model[:64]!r} (known: {_known(self.models)})")
+    def _check_profile(self, name: str, profile: ProfileConfig) -> None:
+        problem = check_profile_name(name)
+        if problem:
+            raise ConfigError(f"profiles.{shown(name)}", problem)
+        if profile.provider not in self.providers:
+            raise ConfigError(f"profiles.{name}.provider",
+                              f"unknown provider {shown(profile.provider)} (known: {_known(self.providers)})")
+        if profile.model not in self.models:
+            raise ConfigError(f"profiles.{name}.model",
+                              f"unknown model {shown(profile.model)} (known: {_known(self.models)})")
+
+    def resolve_model_ref(self, ref: Any, key_path: str) -> ModelChoice:
+        """The provider and model a `"<provider>:<model>"` or profile reference names; ConfigError at `key_path`."""
+        try:
+            return resolve_ref(ref, self.providers, self.models, self.profiles)
+        except ValueError as exc:
+            raise ConfigError(key_path, str(exc)) from None
+
+    def fallback_choices(self, name: str) -> list[ModelChoice]:
+        """The agent's fallback entries, resolved, in order (empty for an unknown agent)."""
+        return list(self._resolved(name)[0])
+
+    def model_choices(self, name: str) -> list[ModelChoice]:
+        """What a dialog of agent `name` may use: its own model, its fallback entries, then `models`; each once.
+
+        Empty for an unknown agent; without the agent's own pair while that is not configured.
+        """
+        return list(self._resolved(name)[1])
+
+    def _resolved(self, name: str) -> tuple[tuple[ModelChoice, ...], tuple[ModelChoice, ...]]:
+        """(fallback entries, choices) of agent `name`, resolved once per version of its entries."""
+        agent = self.agents.get(name)
+        if agent is None:
+            return (), ()
+        key = (agent.provider, agent.model, tuple(agent.fallback), tuple(agent.models))
+        memo = self._choices.get(name)
+        if memo is None or memo[0] != key:
+            fallback = [self.resolve_model_ref(e, f"agents.{name}.fallback[{i}]") for i, e in enumerate(agent.fallback)]
+            listed = [self.resolve_model_ref(e, f"agents.{name}.models[{i}]") for i, e in enumerate(agent.models)]
+            own = [ModelChoice(agent.provider, agent.model)]
+            if agent.provider not in self.providers or agent.model not in self.models:
+                own = []
+            memo = (key, tuple(fallback), tuple(unique(own + fallback + listed)))
+            self._choices[name] = memo
+        return memo[1], memo[2]
+
+    def dialog_choice(self, name: str, provider: str | None, model: str | None) -> ModelChoice | None:
+        """A dialog's stored choice while the agent may still use it (config can change), else None."""
+        if not provider or not model:
+            return None
+        choice = ModelChoice(provider, model)
+        return choice if choice in self.model_choices(name) else None
 
     def _check_agent_name(self, key_path: str, name: str) -> None:
         if name not in self.agents:
             raise ConfigError(key_path, f"unknown agent {name!r} (known: {_known(self.agents)})")
 
-    def agent(self, name: str = "default") -> ResolvedAgent:
-        """The agent `name` with its provider and model; ConfigError if any is missing."""
+    def agent(self, name: str = "default", choice: ModelChoice | None = None) -> ResolvedAgent:
+        """The agent `name` with its provider and model (or `choice`'s); ConfigError if any is missing.
+
+        `choice` is taken as given: callers check it against `model_choices` (see `dialog_choice`).
+        """
         agent = self.agents.get(name)
         if agent is None:
             raise ConfigError(f"agents.{name}", f"unknown agent {name!r} (known: {_known(self.agents)})")
@@ -641,7 +713,17 @@ class Config(_Section):
             raise ConfigError(
                 f"agents.{name}.model", f"unknown model {agent.model!r} (known: {_known(self.models)})"
             )
-        return ResolvedAgent(name, agent, agent.provider, provider, model)
+        if choice is not None:
+            where = f"agents.{name}"
+            return ResolvedAgent(name, agent, choice.provider, self._lookup(self.providers, choice.provider, where),
+                                 self._lookup(self.models, choice.model, where), choice.model, chosen=True)
+        return ResolvedAgent(name, agent, agent.provider, provider, model, agent.model)
+
+    @staticmethod
+    def _lookup(table: Mapping[str, Any], key: str, where: str) -> Any:
+        if key not in table:
+            raise ConfigError(where, f"{shown(key)} is not configured any more (known: {_known(table)})")
+        return table[key]
 
     def provider_configured(self) -> bool:
         """True when the default agent's provider exists and has a key or a URL."""

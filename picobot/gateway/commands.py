@@ -13,6 +13,7 @@ from picobot.domain.messages import text_of
 from picobot.plugins.types import StageContext
 from picobot.gateway.inbound import InboundMessage, Reply
 from picobot.gateway.limits import RateLimits
+from picobot.gateway.model_commands import cmd_model, cmd_provider, dialog_model
 from picobot.runtime import control
 from picobot.runtime.health import check_health
 from picobot.storage import compaction as compaction_sql
@@ -31,8 +32,10 @@ HELP = """Commands:
   /rename <title>       rename the current dialog
   /archive              archive the current dialog
   /delete               delete the current dialog
-  /info [--json]        dialog, token totals, context-window use, compaction
+  /info [--json]        dialog, model, token totals, context-window use, compaction
   /usage [--json]       tokens and estimated cost: this dialog, you today and this month
+  /model [ref|default]  list this dialog's models, or switch (<provider>:<model> or a profile)
+  /provider [key]       list the providers, or switch provider keeping the model
   /compact              fold older history into a summary now (in the background)
   /dump                 the current dialog as Markdown
   /health               check PicoBot's dependencies
@@ -154,13 +157,12 @@ def cmd_delete(ctx: CommandContext, arg: str) -> Reply:
 
 
 def session_info(rt: "Runtime", row: SessionRow, message_count: int) -> dict:
-    try:
-        window = rt.config.agent(row.agent).model.context_window_tokens
-    except Exception:
-        window = 128000
+    model = dialog_model(rt.config, row)
+    used = rt.config.models.get((model["model"] or ":").partition(":")[2])
+    window = used.context_window_tokens if used is not None else 128000
     used = row.last_input_tokens or 0
     return {
-        **{k: v for k, v in _describe(row).items()}, "messages": message_count,
+        **{k: v for k, v in _describe(row).items()}, **model, "messages": message_count,
         "input_tokens": row.input_tokens, "output_tokens": row.output_tokens,
         "context_tokens": used, "context_window_tokens": window,
         "context_used_pct": round(100 * used / window, 1) if window else 0.0,
@@ -199,6 +201,7 @@ def cmd_info(ctx: CommandContext, arg: str) -> Reply:
     if "--json" in arg:
         return Reply("command", session_id=info["session_id"], data=info, text=json.dumps(info, indent=2))
     text = (f"Dialog {info['dialog_id']} ({info['title'] or 'untitled'}) — {info['session_id']}\n"
+            f"Model: {_model_line(info)}\n"
             f"Messages: {info['messages']}\n"
             f"Tokens: {info['input_tokens']} in / {info['output_tokens']} out\n"
             f"Context window: {info['context_tokens']} / {info['context_window_tokens']} "
@@ -230,6 +233,13 @@ def _usage_line(label: str, t: dict) -> str:
     cached = f", {t['cached_input_tokens']:,} of them cached" if t["cached_input_tokens"] else ""
     return (f"{label}: {t['calls']:,} model call(s), {t['input_tokens']:,} in{cached} / "
             f"{t['output_tokens']:,} out tokens, ${t['cost_usd']:.4f}")
+
+
+def _model_line(info: dict) -> str:
+    if info["model"] is None:
+        return "none configured"
+    how = "chosen for this dialog with /model" if info["model_chosen"] else "the agent's default"
+    return f"{info['model']} ({info['model_id']}, {how})"
 
 
 def plugin_info(rt: "Runtime", session_id: str, info: dict) -> dict:
@@ -340,5 +350,5 @@ COMMANDS: dict[str, Handler] = {
     "/new": cmd_new, "/sessions": cmd_sessions, "/switch": cmd_switch, "/use": cmd_switch,
     "/rename": cmd_rename, "/archive": cmd_archive, "/delete": cmd_delete, "/info": cmd_info,
     "/dump": cmd_dump, "/help": cmd_help, "/?": cmd_help, "/health": cmd_health, "/queue": cmd_queue,
-    "/stop": cmd_stop, "/compact": cmd_compact, "/usage": cmd_usage,
+    "/stop": cmd_stop, "/compact": cmd_compact, "/usage": cmd_usage, "/model": cmd_model, "/provider": cmd_provider,
 }

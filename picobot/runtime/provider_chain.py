@@ -1,11 +1,11 @@
-"""The provider an agent's turn calls: its own, or a fallback chain when `fallback` is set."""
+"""The provider an agent's turn calls: its own (or the dialog's chosen one), or a fallback chain when `fallback` is set."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from picobot.config.schema import ResolvedAgent
-from picobot.errors import ConfigError
+from picobot.config.model_refs import ModelChoice, unique
+from picobot.config.schema import ModelConfig, ResolvedAgent
 from picobot.providers.base import Provider
 from picobot.providers.fallback import BreakerSettings, ChainEntry, CircuitBreakers, FallbackProvider
 
@@ -23,18 +23,20 @@ def breakers(rt: "Runtime") -> CircuitBreakers:
 
 
 def agent_provider(rt: "Runtime", resolved: ResolvedAgent) -> Provider:
-    """The agent's provider; with `agents.<name>.fallback`, a chain that starts with it. ConfigError if unknown."""
+    """The provider a turn calls: the agent's model (or its dialog's `/model` choice), then its `fallback`.
+
+    Without fallback entries other than that first pair it is the plain provider; each pair is tried once.
+    ConfigError if a provider is unknown.
+    """
+    first = ModelChoice(resolved.provider_key, resolved.model_key or resolved.agent.model)
+    rest = [c for c in unique(rt.config.fallback_choices(resolved.name)) if c != first]
     primary = rt.provider(resolved.provider_key)
-    if not resolved.agent.fallback:
+    if not rest:
         return primary
-    m = resolved.model
-    chain = [ChainEntry(f"{resolved.provider_key}:{resolved.agent.model}", primary, m.model_id, m.temperature,
-                        m.max_tokens, dict(m.options))]
-    for i, label in enumerate(resolved.agent.fallback):
-        provider_key, _, model_key = label.partition(":")
-        model = rt.config.models.get(model_key)
-        if model is None:
-            raise ConfigError(f"agents.{resolved.name}.fallback[{i}]", f"unknown model {model_key!r}")
-        chain.append(ChainEntry(label, rt.provider(provider_key), model.model_id, model.temperature,
-                                model.max_tokens, dict(model.options)))
+    chain = [_entry(first, primary, resolved.model)]
+    chain += [_entry(c, rt.provider(c.provider), rt.config.models[c.model]) for c in rest]
     return FallbackProvider(chain, breakers(rt))
+
+
+def _entry(choice: ModelChoice, provider: Provider, m: ModelConfig) -> ChainEntry:
+    return ChainEntry(choice.ref, provider, m.model_id, m.temperature, m.max_tokens, dict(m.options))

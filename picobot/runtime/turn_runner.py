@@ -15,6 +15,7 @@ from typing import Any
 from picobot.agent.context import agent_prompt, needs_agent_prompt, runtime_note
 from picobot.agent.loop import AgentLoop, LoopResult, LoopSettings
 from picobot.agent.snapshot import TurnController
+from picobot.config.model_refs import ModelChoice
 from picobot.config.workspace import chat_workspace
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import MARKER_TURN_ERROR, MARKER_TURN_STOPPED, ChatMessage, Usage, text_of
@@ -69,6 +70,7 @@ class _Claimed:
     chat_id: str
     agent: str
     user_turns: int
+    model_choice: tuple[str | None, str | None] = (None, None)  # the dialog's /model (provider, model) keys
     compacted: bool = False  # the session has a compaction boundary
     outcome: str = "interrupted"  # how the turn ended (completed | cancelled | failed | interrupted)
 
@@ -103,7 +105,7 @@ def _claim(rt: Runtime, session_id: str) -> "_Claimed | None | object":
             rt.history.put(session_id, sess.next_position, sess.compacted_before, stored)
     history = [m for m in messages.repair_tool_chains(stored) if m.marker not in HIDDEN_FROM_MODEL]
     return _Claimed(turn_id, rows, history, sess.channel, sess.chat_id, sess.agent, sess.user_turns,
-                    sess.compacted_before is not None)
+                    (sess.model_provider, sess.model_key), sess.compacted_before is not None)
 
 
 def _run_next_turn(rt: Runtime, session_id: str, lease: Lease) -> "bool | object":
@@ -247,7 +249,7 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
     if answer is not None:  # a plugin answered: no model call
         return _answered(new, controller, rt.plugins.before_output(stage, answer))
     try:
-        resolved = cfg.agent(claimed.agent)
+        resolved = cfg.agent(claimed.agent, _dialog_choice(rt, session_id, claimed))
         provider = agent_provider(rt, resolved)
     except ConfigError as exc:
         return LoopResult(messages=new, usage=Usage(), status="failed",
@@ -290,6 +292,16 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
     if result.status == "completed":
         _replace_answer(result, rt.plugins.before_output(stage, result.final_text))
     return result
+
+
+def _dialog_choice(rt: Runtime, session_id: str, claimed: _Claimed) -> ModelChoice | None:
+    """The dialog's /model choice while the agent may still use it; a choice the config dropped is ignored."""
+    provider, model = claimed.model_choice
+    choice = rt.config.dialog_choice(claimed.agent, provider, model)
+    if choice is None and provider and model:
+        log.warning("dialog %s chose %s:%s, which agent %s may no longer use; using the agent's own model",
+                    session_id, provider, model, claimed.agent)
+    return choice
 
 
 def _notes(found: list) -> list[ChatMessage]:

@@ -114,6 +114,9 @@ class SessionRow(Base):
     next_position: Mapped[int] = mapped_column(BigInteger, default=0)  # message position counter
     user_turns: Mapped[int] = mapped_column(Integer, default=0)
     compacted_before: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # the dialog's /model choice (keys of config providers and models); null: the agent's own model
+    model_provider: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    model_key: Mapped[str | None] = mapped_column(String(256), nullable=True)
 
     __table_args__ = (Index("ix_sessions_scope", "channel", "chat_id", "updated_at"),)
 

@@ -25,7 +25,7 @@ _t = TurnRow.__table__
 _CURRENT_ID = (select(_s.c.id).select_from(_scope.join(_s, _scope.c.current_session_id == _s.c.id))
                .where(_scope.c.scope == bindparam("scope"), _s.c.deleted_at.is_(None), _s.c.archived_at.is_(None)))
 _CLAIM_VIEW = (select(_s.c.channel, _s.c.chat_id, _s.c.agent, _s.c.user_turns, _s.c.deleted_at, _s.c.next_position,
-                      _s.c.compacted_before,
+                      _s.c.compacted_before, _s.c.model_provider, _s.c.model_key,
                       exists().where(_t.c.session_id == _s.c.id, _t.c.status == TURN_RUNNING).label("running"))
                .where(_s.c.id == bindparam("sid")).with_for_update(of=_s))
 _RESERVE = (update(_s).where(_s.c.id == bindparam("sid"))
@@ -185,6 +185,11 @@ def switch(s: Session, channel: str, chat_id: str, dialog_id: str) -> SessionRow
 def rename(s: Session, row: SessionRow, title: str) -> None:
     row.title = title
     row.updated_at = time.time()
+
+
+def set_model(s: Session, row: SessionRow, provider: str | None, model: str | None) -> None:
+    """The dialog's /model choice; None and None go back to the agent's own model."""
+    row.model_provider, row.model_key = (provider, model) if provider and model else (None, None)
 
 
 def archive(s: Session, row: SessionRow) -> None:

@@ -1,10 +1,11 @@
-// The chat page: header (dialog title, token totals and context-window use, dialog actions),
+// The chat page: header (dialog title, model picker, token totals and context-window use, dialog actions),
 // the transcript, and the composer. It speaks the /ws protocol through ctx.socket.
 
 import { h, icon, fmtTokens } from "../dom.js";
 import { Transcript } from "./transcript.js";
 import { Composer } from "./composer.js";
 import { DialogList } from "./dialogs.js";
+import { ModelPicker } from "./model.js";
 
 const FIRST_LIMIT = 200; // what the server's ready frame carries
 const MAX_LIMIT = 1000;
@@ -30,7 +31,9 @@ class ChatPage {
     const menu = h("button", { class: "icon-btn menu-btn", type: "button", "aria-label": "Open navigation" }, icon("menu"));
     menu.addEventListener("click", () => ctx.openNav());
     this.titleWrap = h("div", { class: "chat-title-wrap" }, this.title, this.sub);
-    const header = h("header", { class: "chat-head" }, menu, this.titleWrap, this.usage,
+    this.picker = new ModelPicker({ command: (text) => this.socket.command(text),
+      notice: (text, kind) => this.transcript.notice(text, kind) });
+    const header = h("header", { class: "chat-head" }, menu, this.titleWrap, this.picker.el, this.usage,
       h("div", { class: "chat-actions" }, this.renameBtn, this.archiveBtn, this.deleteBtn));
     this.scroller = h("div", { class: "chat-scroll", id: "chat-scroll" });
     this.transcript = new Transcript(this.scroller, { onLoadEarlier: () => this.loadEarlier() });
@@ -167,12 +170,17 @@ class ChatPage {
         this.dialogs.refreshSoon(0);
       }
       if (f.data && f.data.command === "/info") this.renderUsage(f.data);
+      if (f.data && (f.data.command === "/model" || f.data.command === "/provider")) {
+        this.picker.render(f.data);
+        this.refreshInfo();
+      }
       return f;
     }).catch((err) => this.transcript.notice(`Could not run ${text.split(" ")[0]}: ${err.message}`, "warn"));
   }
 
   refreshInfo() {
     this.socket.command("/info --json").then((f) => { if (f.data) this.renderUsage(f.data); }).catch(() => {});
+    if (this.session) this.picker.refresh(this.session.session_id);
   }
 
   renderTitle() {
