@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal, Mapping, Union
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from picobot.config.home import RUNTIME_KEYS, default_database_url, picobot_home  # noqa: F401 (re-exported)
 from picobot.config.observability import LoggingConfig, MetricsConfig, TracingConfig
@@ -485,6 +494,14 @@ class ResolvedAgent:
     provider_key: str
     provider: ProviderConfig
     model: ModelConfig
+    # An agent file's parts (picobot/config/agent_files.py); a config agent has none of them.
+    source: str = "config"  # config | file
+    instructions: str = ""  # sent as a system message with every model call of its turns
+    tools: tuple[str, ...] | None = None  # allowlists: None = no limit
+    skills: tuple[str, ...] | None = None
+    delegates: tuple[str, ...] | None = None  # agents its `task` tool may hand work to
+    timeout_secs: float | None = None  # of a sub-agent run of it
+    generation: int = 0  # of the agent files it was read from
 
 
 def _known(names: Mapping[str, Any]) -> str:
@@ -558,6 +575,7 @@ class Config(_Section):
     config_path: Path | None = Field(default=None, exclude=True)
     database_url: str = Field(default="", exclude=True, repr=False)  # "" = SQLite in home
     redis_url: str | None = Field(default=None, exclude=True, repr=False)
+    _agent_files: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _complete(self) -> Config:
@@ -620,14 +638,31 @@ class Config(_Section):
             raise ConfigError(key_path, f"unknown model {model[:64]!r} (known: {_known(self.models)})")
 
     def _check_agent_name(self, key_path: str, name: str) -> None:
-        if name not in self.agents:
-            raise ConfigError(key_path, f"unknown agent {name!r} (known: {_known(self.agents)})")
+        # an agent file's name counts even when the file has an error: its turns say what it is
+        if name not in self.agents and name not in self.agent_files().current().files:
+            raise ConfigError(key_path, f"unknown agent {name!r} (known: {self._agent_names()})")
+
+    def _agent_names(self) -> str:
+        return _known({**self.agents, **dict.fromkeys(self.agent_files().current().agents)})
+
+    def agent_files(self) -> Any:
+        """The agent files of this home (`<home>/agents/*.md`): an AgentFiles; `.current()` is the newest
+        generation of them."""
+        if self._agent_files is None:
+            from picobot.config.agent_files import AgentFiles, Known
+
+            default = self.agents.get("default") or AgentConfig()
+            known = Known(frozenset(self.providers), frozenset(self.models), frozenset(self.agents),
+                          default.provider, default.model)
+            self._agent_files = AgentFiles(self.home, known)
+        return self._agent_files
 
     def agent(self, name: str = "default") -> ResolvedAgent:
-        """The agent `name` with its provider and model; ConfigError if any is missing."""
+        """The agent `name` (in config, else an agent file) with its provider and model; ConfigError if any
+        is missing."""
         agent = self.agents.get(name)
         if agent is None:
-            raise ConfigError(f"agents.{name}", f"unknown agent {name!r} (known: {_known(self.agents)})")
+            return self._file_agent(name)
         provider = self.providers.get(agent.provider)
         if provider is None:
             hint = "" if self.providers else "; set OPENAI_API_KEY or add a provider to config.json"
@@ -641,6 +676,26 @@ class Config(_Section):
                 f"agents.{name}.model", f"unknown model {agent.model!r} (known: {_known(self.models)})"
             )
         return ResolvedAgent(name, agent, agent.provider, provider, model)
+
+    def _file_agent(self, name: str) -> ResolvedAgent:
+        generation = self.agent_files().current()
+        found = generation.agents.get(name)
+        if found is None:
+            broken = generation.error_of(name)
+            if broken is not None:
+                raise ConfigError(f"agents/{name}.md", broken.error)
+            raise ConfigError(f"agents.{name[:64]}", f"unknown agent {name[:64]!r} (known: {self._agent_names()})")
+        base = self.agents.get("default") or AgentConfig()
+        agent = base.model_copy(update={
+            "provider": found.provider, "model": found.model, "system_prompt": None, "fallback": [],
+            "max_tool_iterations": found.max_tool_iterations or base.max_tool_iterations})
+        provider, model = self.providers.get(found.provider), self.models.get(found.model)
+        if provider is None or model is None:  # an unconfigured setup: nothing to call
+            raise ConfigError(f"agents/{name}.md", f"unknown provider or model {found.provider}:{found.model}")
+        return ResolvedAgent(name, agent, found.provider, provider, model, source="file",
+                             instructions=found.instructions, tools=found.tools, skills=found.skills,
+                             delegates=found.delegates, timeout_secs=found.timeout_secs,
+                             generation=generation.number)
 
     def provider_configured(self) -> bool:
         """True when the default agent's provider exists and has a key or a URL."""
