@@ -1,4 +1,4 @@
-"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, jobs, feishu, telegram, wechat, channels, plugins, health, config, migrate.
+"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, jobs, feishu, telegram, wechat, channels, plugins, agents, health, config, migrate.
 
 Each command imports what it needs when it runs: `picobot chat -m` starts once per message, and
 the schema, the storage and the pairing stack would cost most of its time.
@@ -22,6 +22,7 @@ from picobot.cli.memory import add_parser as add_memory_parser
 from picobot.cli.pair import add_parser as add_pair_parser
 from picobot.cli.apikeys import add_parser as add_apikeys_parser
 from picobot.cli.plugins import add_parser as add_plugins_parser
+from picobot.cli.agents import add_parser as add_agents_parser
 from picobot.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -193,6 +194,12 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return run(_config(), args)
 
 
+def cmd_agents(args: argparse.Namespace) -> int:
+    from picobot.cli.agents import run
+
+    return run(_config(), args)
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     from picobot.runtime.health import check_health
     from picobot.app import build_runtime
@@ -303,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_wechat_parser(sub).set_defaults(fn=cmd_wechat)
     add_channels_parser(sub).set_defaults(fn=cmd_channels)
     add_plugins_parser(sub).set_defaults(fn=cmd_plugins)
+    add_agents_parser(sub).set_defaults(fn=cmd_agents)
     h = sub.add_parser("health", help="check database, Redis, workers, beat and provider")
     h.add_argument("--json", action="store_true")
     h.set_defaults(fn=cmd_health)

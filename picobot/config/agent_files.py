@@ -209,3 +209,29 @@ def _scan(folder: Path) -> tuple:
 
 def _list(names: Any) -> str:
     return ", ".join(sorted(names)) or "none"
+
+
+def report(config: Any) -> dict[str, Any]:
+    """Every agent (config, then files) with its model, allowlists and source, and each file's load error:
+    what `GET /api/agents` and `picobot agents list` show."""
+    generation = config.agent_files().current()
+    agents = [_config_entry(name, agent) for name, agent in config.agents.items()]
+    for found in generation.agents.values():
+        agents.append({
+            "name": found.id, "source": "file", "path": found.path, "description": found.description,
+            "provider": found.provider, "model": found.model, "tools": _opt(found.tools),
+            "skills": _opt(found.skills), "delegates": _opt(found.delegates),
+            "max_tool_iterations": found.max_tool_iterations, "timeout_secs": found.timeout_secs,
+        })
+    errors = [{"name": e.id, "path": e.path, "error": e.error} for e in generation.errors]
+    return {"generation": generation.number, "folder": str(config.home / FOLDER), "agents": agents, "errors": errors}
+
+
+def _config_entry(name: str, agent: Any) -> dict[str, Any]:
+    return {"name": name, "source": "config", "path": None, "description": "", "provider": agent.provider,
+            "model": agent.model, "tools": None, "skills": None, "delegates": None,
+            "max_tool_iterations": agent.max_tool_iterations, "timeout_secs": None}
+
+
+def _opt(names: tuple[str, ...] | None) -> list[str] | None:
+    return list(names) if names is not None else None

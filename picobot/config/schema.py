@@ -643,7 +643,11 @@ class Config(_Section):
             raise ConfigError(key_path, f"unknown agent {name!r} (known: {self._agent_names()})")
 
     def _agent_names(self) -> str:
-        return _known({**self.agents, **dict.fromkeys(self.agent_files().current().agents)})
+        return _known(dict.fromkeys(self.agent_names()))
+
+    def agent_names(self) -> list[str]:
+        """Every usable agent's name: config `agents`, then the agent files' (their current generation)."""
+        return list(dict.fromkeys([*self.agents, *self.agent_files().current().agents]))
 
     def agent_files(self) -> Any:
         """The agent files of this home (`<home>/agents/*.md`): an AgentFiles; `.current()` is the newest

@@ -35,7 +35,8 @@ class DefinitionError(ValueError):
         self.path = path
         self.line = line
         self.key = key
-        where = [p for p in (path, f"line {line}" if line else None) if p]
+        named = key is not None and not reason.startswith(f"'{key}'")
+        where = [p for p in (path, f"line {line}" if line else None, f"'{key}'" if named else None) if p]
         prefix = ": ".join(where)
         super().__init__(f"{prefix}: {reason}" if prefix else reason)
 
@@ -107,8 +108,8 @@ class Definition:
             and low < value <= high and (not whole or float(value).is_integer())
         if not ok:
             kind = "a whole number" if whole else "a number"
-            raise self.error(key, f"'{key}' is {_kind(value) if not isinstance(value, (int, float)) else value!r}: "
-                                  f"give {kind} {what}above {low:g} and at most {high:g}")
+            shown = repr(value)[:32] if isinstance(value, (int, float)) and not isinstance(value, bool) else _kind(value)
+            raise self.error(key, f"'{key}' is {shown}: give {kind} {what}above {low:g} and at most {high:g}")
         return int(value) if whole else float(value)
 
 
