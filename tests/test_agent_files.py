@@ -305,3 +305,32 @@ def test_a_turn_of_a_broken_file_agent_fails_with_its_error_and_others_still_wor
     text = f"coder-back-{uuid.uuid4().hex[:6]}"
     add_rule(llm, text, {"content": "back"})
     assert _ask(agents_stack, text)["final_text"] == "back"
+
+
+def test_an_agents_skill_allowlist_limits_its_index_and_skill_activate(tmp_path: Path) -> None:
+    from picobot.config.schema import SkillsConfig
+    from picobot.domain.messages import ToolCall
+    from picobot.skills import SkillCatalog, SkillPaths
+    from picobot.skills.tools import skill_tools
+    from picobot.tools import build_registry
+    from picobot.tools.base import ToolContext
+
+    paths = SkillPaths(home=tmp_path / "home", user_home=tmp_path / "user", workspace=tmp_path / "ws")
+    for name in ("pdf-forms", "secret-ops"):
+        skill = paths.home / "skills" / name / "SKILL.md"
+        skill.parent.mkdir(parents=True)
+        skill.write_text(f"---\ndescription: about {name}\n---\nSteps of {name}.\n")
+    catalog = SkillCatalog(paths, SkillsConfig(sources=["user"]))
+    assert "secret-ops" in catalog.index_text() and "pdf-forms" in catalog.index_text()
+    limited = catalog.index_text(("pdf-forms",))
+    assert "pdf-forms" in limited and "secret-ops" not in limited
+    registry = build_registry(extra=skill_tools(catalog, None))
+
+    def activate(name: str) -> Any:
+        ctx = ToolContext(session_id="s", channel="cli_chat", chat_id="c", sender_id="u", turn_id="t",
+                          workspace=tmp_path / "ws", skills=("pdf-forms",))
+        return registry.execute(ToolCall(id="c1", name="skill_activate", arguments=json.dumps({"name": name})), ctx, 0)
+
+    assert "Steps of pdf-forms" in activate("pdf-forms").content
+    refused = activate("secret-ops")
+    assert refused.is_error and "not among this agent's skills (pdf-forms)" in refused.content
