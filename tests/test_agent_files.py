@@ -24,6 +24,8 @@ from picobot.config.agent_files import AgentFiles, Known, read_agent
 from picobot.config.schema import Config
 from picobot.domain.definition import DefinitionError
 from picobot.errors import ConfigError, SkillError
+from picobot.openai_api.models import agent_of
+from picobot.scheduler.jobs import JobError, parse_job
 from picobot.skills.frontmatter import parse as parse_skill
 from picobot.subagents.definitions import parse as parse_subagent
 from tests.conftest import add_rule
@@ -136,6 +138,14 @@ def test_config_references_may_name_file_agents_and_unknown_ones_still_fail(tmp_
     with pytest.raises(ConfigError) as e:
         _config(tmp_path, channels={"cli_chat": {"agent": "ghost"}})
     assert e.value.key_path == "channels.cli_chat.agent" and "coder" in e.value.reason
+    # a job made at run time (/api/jobs, `picobot jobs add`) and the OpenAI API's model names
+    job = {"id": "j", "kind": "agent_task", "schedule": {"type": "interval", "seconds": 3600},
+           "target": {"channel": "web", "chat_id": "c"}, "payload": {"prompt": "p", "agent": "coder"}}
+    assert parse_job(job, cfg, now=0).payload["agent"] == "coder"
+    with pytest.raises(JobError) as bad:
+        parse_job({**job, "payload": {"prompt": "p", "agent": "broken"}}, cfg, now=0)
+    assert bad.value.field == "payload.agent" and "coder" in str(bad.value)
+    assert agent_of(cfg, "coder") == "coder" and agent_of(cfg, "broken") is None
 
 
 def test_skills_sub_agents_and_agent_files_share_one_parser_and_its_errors() -> None:

@@ -3,7 +3,7 @@
     ---
     description: Reviews code changes      # optional: shown in lists and to delegating agents
     model: openai:gpt-4o                   # "<provider>:<model>", or `provider` and `model` keys
-    tools: [read_file, grep, task]         # optional allowlist; absent = every tool
+    tools: [read, bash, task]              # optional allowlist; absent = every tool
     skills: [code-review]                  # optional allowlist; absent = every skill
     delegates: [tester]                    # agents `task` may hand work to; absent = any, [] = none
     max_tool_iterations: 30
@@ -143,7 +143,7 @@ def read_agent(path: Path, stem: str, known: Known) -> FileAgent:
     return FileAgent(
         id=stem, path=where, provider=provider, model=model, instructions=doc.body.strip(),
         description=doc.text("description", max_chars=MAX_DESCRIPTION_CHARS, fold=True) or "",
-        tools=doc.names("tools", what="tool names", example="[read_file, bash]"),
+        tools=doc.names("tools", what="tool names", example="[read, bash]"),
         skills=doc.names("skills", what="skill names", example="[pdf-forms]"),
         delegates=_delegates(doc, stem),
         max_tool_iterations=int(iterations) if iterations is not None else None,
