@@ -344,3 +344,19 @@ def test_an_agents_skill_allowlist_limits_its_index_and_skill_activate(tmp_path:
     assert "Steps of pdf-forms" in activate("pdf-forms").content
     refused = activate("secret-ops")
     assert refused.is_error and "not among this agent's skills (pdf-forms)" in refused.content
+
+
+def test_a_background_task_to_a_named_agent_runs_with_its_model_and_tools(agents_stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    from tests.stack import wait_for
+
+    tag = uuid.uuid4().hex[:6]
+    call = {"name": "task", "arguments": {"description": "sum later", "prompt": f"bg-helper-{tag} add 3 and 4",
+                                          "agent": "helper", "background": True}}
+    add_rule(llm, f"bg-parent-{tag}", {"tool_calls": [call]}, {"content": "started it"})
+    add_rule(llm, f"bg-helper-{tag}", {"content": "it is 7"})
+    add_rule(llm, "sum later", {"content": "the helper says 7"})  # the turn the report starts
+    assert _ask(agents_stack, f"bg-parent-{tag}")["final_text"] == "started it"
+    wait_for(lambda: _bodies(llm, f"bg-helper-{tag}"), 60, "the background run did not call its model")
+    [child] = _bodies(llm, f"bg-helper-{tag}")
+    assert child["model"] == "helper-model" and "HELPER-INSTRUCTIONS" in _system(child)
+    assert _tools(child) == {"calculator"}
