@@ -112,7 +112,7 @@ class TaskTool(Tool):
             raise ToolError("Only the main agent can start background runs; call task again without background.")
         target = self._named_agent(request, ctx)
         if target is not None:
-            run, spec, tools, child = self._prepare_agent(request, target, ctx.agent, ctx)
+            run, spec, tools, child = self._prepare_agent(request, target, ctx)
             self._admit(run, ctx)
             if request.background:
                 return self._start_background(run, ctx.agent)
@@ -152,7 +152,7 @@ class TaskTool(Tool):
         except ConfigError as exc:
             raise ToolError(f"Not started: agent {name!r} cannot run: {exc.reason}") from None
 
-    def _prepare_agent(self, req: _Request, target: "ResolvedAgent", parent: RunningAgent, ctx: ToolContext):  # type: ignore[no-untyped-def]
+    def _prepare_agent(self, req: _Request, target: "ResolvedAgent", ctx: ToolContext):  # type: ignore[no-untyped-def]
         cfg = self.rt.config.subagents
         run_id = uuid.uuid4().hex
         depth = self.depth + 1
