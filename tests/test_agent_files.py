@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from picobot.cli.embedded_redis import free_port
-from picobot.config.agent_files import AgentFiles, Known, read_agent
+from picobot.config.agent_files import AgentFiles, Known, read_agent, report
 from picobot.config.schema import Config
 from picobot.domain.definition import DefinitionError
 from picobot.errors import ConfigError, SkillError
@@ -103,11 +103,15 @@ def test_a_bad_file_is_listed_and_skipped_and_the_others_load(tmp_path: Path) ->
     _write(tmp_path, "bin.md", b"\x00\x01\x02\xff")
     _write(tmp_path, "huge.md", "---\ndescription: x\n---\n" + "y" * 70_000)
     (tmp_path / "agents" / "dir.md").mkdir()
+    with open(os.fsencode(tmp_path / "agents") + b"/caf\xe9.md", "wb") as fh:  # a name that is not UTF-8
+        fh.write(b"---\ndescription: x\n---\n")
     cfg = _config(tmp_path)
     generation = cfg.agent_files().current()
     assert list(generation.agents) == ["good"]
     errors = {e.id: e.error for e in generation.errors}
-    assert set(errors) == {"broken", "default", "Upper", "bin", "huge", "dir"}
+    assert set(errors) == {"broken", "default", "Upper", "bin", "huge", "dir", "caf?"}
+    assert "caf?.md: its file name is not UTF-8" in errors["caf?"]
+    json.dumps(report(cfg), ensure_ascii=False).encode("utf-8")  # every error can be sent and printed
     assert "line 2: 'tools' must be a list" in errors["broken"]
     assert "shadowed by agents.default in config" in errors["default"]
     assert "no valid agent id" in errors["Upper"] and "NUL" in errors["bin"] and "over 64 KiB" in errors["huge"]

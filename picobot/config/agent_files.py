@@ -115,8 +115,8 @@ class AgentFiles:
             try:
                 _check_name(name, path)
                 agents[stem] = read_agent(path, stem, self.known)
-            except DefinitionError as exc:
-                errors.append(LoadError(stem, str(path), str(exc)))
+            except DefinitionError as exc:  # a name that is not UTF-8 is shown with '?' for its bad bytes
+                errors.append(LoadError(_shown(stem), _shown(str(path)), str(exc)))
         for e in errors:
             log.warning("agent file skipped: %s", e.error)
         return Generation(number, agents, tuple(errors), frozenset(n[: -len(SUFFIX)] for n, _ in fingerprint))
@@ -171,12 +171,13 @@ def _model_of(doc: Definition, known: Known) -> tuple[str, str]:
     return provider, model
 
 
+def _shown(text: str) -> str:
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _check_name(name: str, path: Path) -> None:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:  # bytes that are no UTF-8 in a file name: shown, never used
-        shown = str(path).encode("utf-8", "replace").decode("utf-8")
-        raise DefinitionError("its file name is not UTF-8; rename it", path=shown) from None
+    if _shown(name) != name:  # bytes that are no UTF-8 in a file name: shown, never used
+        raise DefinitionError("its file name is not UTF-8; rename it", path=_shown(str(path)))
     if not (path.is_file()):
         raise DefinitionError("it is not a regular file", path=str(path))
 
