@@ -153,6 +153,13 @@ def test_config_references_may_name_file_agents_and_unknown_ones_still_fail(tmp_
 
 
 def test_skills_sub_agents_and_agent_files_share_one_parser_and_its_errors() -> None:
+    from picobot.config import agent_files
+    from picobot.domain import definition
+    from picobot.skills import frontmatter as skill_frontmatter
+    from picobot.subagents import definitions as subagent_definitions
+
+    assert skill_frontmatter.parse_definition is definition.parse is subagent_definitions.parse_definition
+    assert agent_files.parse is definition.parse
     with pytest.raises(SkillError, match=r"line 3: 'description' is a list"):
         parse_skill("---\nname: x\ndescription: [a]\n---\n")
     with pytest.raises(DefinitionError) as e:

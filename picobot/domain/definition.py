@@ -22,8 +22,8 @@ from picobot.domain.frontmatter import FrontmatterError, split_block
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-# A list-of-names key: letters, digits, `.`, `_`, `-`, `:` (MCP tools are `server:tool`-like), and `*`.
-NAME_ITEM_RE = re.compile(r"[A-Za-z0-9_.:*-]{1,128}")
+# An item of a list-of-names key (tool, skill names): letters, digits, `.`, `_`, `-`; no patterns.
+NAME_ITEM_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 MAX_LIST_ITEMS = 256
 
 
