@@ -64,6 +64,14 @@ def mcp_servers() -> Response:
     return jsonify({"servers": status.summary(rt.config, status.read(rt.redis))})
 
 
+@bp.get("/agents")
+def agents() -> Response:
+    """Every agent, from config and from agent files, and the files that could not be loaded."""
+    from picobot.config.agent_files import report
+
+    return jsonify(report(_rt().config))
+
+
 _RUN_FIELDS = ("id", "session_id", "turn_id", "parent_run_id", "depth", "background", "subagent_type", "description",
                "status", "error", "input_tokens", "output_tokens", "created_at", "started_at", "finished_at")
 

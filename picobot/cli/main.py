@@ -1,4 +1,4 @@
-"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, jobs, feishu, telegram, wechat, channels, plugins, usage, health, config, migrate.
+"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, jobs, feishu, telegram, wechat, channels, plugins, usage, agents, health, config, migrate.
 
 Each command imports what it needs when it runs: `picobot chat -m` starts once per message, and
 the schema, the storage and the pairing stack would cost most of its time.
@@ -23,6 +23,7 @@ from picobot.cli.pair import add_parser as add_pair_parser
 from picobot.cli.apikeys import add_parser as add_apikeys_parser
 from picobot.cli.plugins import add_parser as add_plugins_parser
 from picobot.cli.usage import add_parser as add_usage_parser
+from picobot.cli.agents import add_parser as add_agents_parser
 from picobot.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -208,6 +209,12 @@ def cmd_usage(args: argparse.Namespace) -> int:
     return run(_config(), args)
 
 
+def cmd_agents(args: argparse.Namespace) -> int:
+    from picobot.cli.agents import run
+
+    return run(_config(), args)
+
+
 def cmd_health(args: argparse.Namespace) -> int:
     from picobot.runtime.health import check_health
     from picobot.app import build_runtime
@@ -321,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_channels_parser(sub).set_defaults(fn=cmd_channels)
     add_plugins_parser(sub).set_defaults(fn=cmd_plugins)
     add_usage_parser(sub).set_defaults(fn=cmd_usage)
+    add_agents_parser(sub).set_defaults(fn=cmd_agents)
     h = sub.add_parser("health", help="check database, Redis, workers, beat and provider")
     h.add_argument("--json", action="store_true")
     h.set_defaults(fn=cmd_health)

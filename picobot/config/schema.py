@@ -499,6 +499,15 @@ class ResolvedAgent:
     model_key: str = ""
     chosen: bool = False
 
+    # An agent file's parts (picobot/config/agent_files.py); a config agent has none of them.
+    source: str = "config"  # config | file
+    instructions: str = ""  # sent as a system message with every model call of its turns
+    tools: tuple[str, ...] | None = None  # allowlists: None = no limit
+    skills: tuple[str, ...] | None = None
+    delegates: tuple[str, ...] | None = None  # agents its `task` tool may hand work to
+    timeout_secs: float | None = None  # of a sub-agent run of it
+    generation: int = 0  # of the agent files it was read from
+
     @property
     def ref(self) -> str:
         return f"{self.provider_key}:{self.model_key or self.agent.model}"
@@ -580,6 +589,7 @@ class Config(_Section):
     # model_choices per agent (every turn asks): keyed with the agent's own entries; the rest of a loaded
     # config does not change
     _choices: dict[str, tuple[Any, tuple[ModelChoice, ...], tuple[ModelChoice, ...]]] = PrivateAttr(default_factory=dict)
+    _agent_files: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _complete(self) -> Config:
@@ -668,8 +678,11 @@ class Config(_Section):
     def _resolved(self, name: str) -> tuple[tuple[ModelChoice, ...], tuple[ModelChoice, ...]]:
         """(fallback entries, choices) of agent `name`, resolved once per version of its entries."""
         agent = self.agents.get(name)
-        if agent is None:
-            return (), ()
+        if agent is None:  # an agent file: its own model is its one choice
+            found = self.agent_files().current().agents.get(name)
+            if found is None or found.provider not in self.providers or found.model not in self.models:
+                return (), ()
+            return (), (ModelChoice(found.provider, found.model),)
         key = (agent.provider, agent.model, tuple(agent.fallback), tuple(agent.models))
         memo = self._choices.get(name)
         if memo is None or memo[0] != key:
@@ -690,17 +703,39 @@ class Config(_Section):
         return choice if choice in self.model_choices(name) else None
 
     def _check_agent_name(self, key_path: str, name: str) -> None:
-        if name not in self.agents:
-            raise ConfigError(key_path, f"unknown agent {name!r} (known: {_known(self.agents)})")
+        # an agent file's name counts even when the file has an error: its turns say what it is
+        if name not in self.agents and name not in self.agent_files().current().files:
+            raise ConfigError(key_path, f"unknown agent {name!r} (known: {self._agent_names()})")
+
+    def _agent_names(self) -> str:
+        return _known(dict.fromkeys(self.agent_names()))
+
+    def agent_names(self) -> list[str]:
+        """Every usable agent's name: config `agents`, then the agent files' (their current generation)."""
+        return list(dict.fromkeys([*self.agents, *self.agent_files().current().agents]))
+
+    def agent_files(self) -> Any:
+        """The agent files of this home (`<home>/agents/*.md`): an AgentFiles; `.current()` is the newest
+        generation of them."""
+        if self._agent_files is None:
+            from picobot.config.agent_files import AgentFiles, Known
+
+            default = self.agents.get("default") or AgentConfig()
+            known = Known(frozenset(self.providers), frozenset(self.models), frozenset(self.agents),
+                          default.provider, default.model,
+                          tuple((k, p.provider, p.model) for k, p in sorted(self.profiles.items())))
+            self._agent_files = AgentFiles(self.home, known)
+        return self._agent_files
 
     def agent(self, name: str = "default", choice: ModelChoice | None = None) -> ResolvedAgent:
-        """The agent `name` with its provider and model (or `choice`'s); ConfigError if any is missing.
+        """The agent `name` (in config, else an agent file) with its provider and model (or `choice`'s);
+        ConfigError if any is missing.
 
         `choice` is taken as given: callers check it against `model_choices` (see `dialog_choice`).
         """
         agent = self.agents.get(name)
         if agent is None:
-            raise ConfigError(f"agents.{name}", f"unknown agent {name!r} (known: {_known(self.agents)})")
+            return self._file_agent(name, choice)
         provider = self.providers.get(agent.provider)
         if provider is None:
             hint = "" if self.providers else "; set OPENAI_API_KEY or add a provider to config.json"
@@ -724,6 +759,32 @@ class Config(_Section):
         if key not in table:
             raise ConfigError(where, f"{shown(key)} is not configured any more (known: {_known(table)})")
         return table[key]
+
+    def _file_agent(self, name: str, choice: ModelChoice | None = None) -> ResolvedAgent:
+        generation = self.agent_files().current()
+        found = generation.agents.get(name)
+        if found is None:
+            broken = generation.error_of(name)
+            if broken is not None:
+                raise ConfigError(f"agents/{name}.md", broken.error)
+            raise ConfigError(f"agents.{name[:64]}", f"unknown agent {name[:64]!r} (known: {self._agent_names()})")
+        base = self.agents.get("default") or AgentConfig()
+        agent = base.model_copy(update={
+            "provider": found.provider, "model": found.model, "system_prompt": None, "fallback": [],
+            "max_tool_iterations": found.max_tool_iterations or base.max_tool_iterations})
+        provider, model = self.providers.get(found.provider), self.models.get(found.model)
+        if provider is None or model is None:  # an unconfigured setup: nothing to call
+            raise ConfigError(f"agents/{name}.md", f"unknown provider or model {found.provider}:{found.model}")
+        provider_key, model_key, chosen = found.provider, found.model, False
+        if choice is not None:
+            where = f"agents/{name}.md"
+            provider_key, model_key, chosen = choice.provider, choice.model, True
+            provider = self._lookup(self.providers, choice.provider, where)
+            model = self._lookup(self.models, choice.model, where)
+        return ResolvedAgent(name, agent, provider_key, provider, model, model_key, chosen, source="file",
+                             instructions=found.instructions, tools=found.tools, skills=found.skills,
+                             delegates=found.delegates, timeout_secs=found.timeout_secs,
+                             generation=generation.number)
 
     def provider_configured(self) -> bool:
         """True when the default agent's provider exists and has a key or a URL."""

@@ -1,6 +1,6 @@
 """YAML frontmatter: a `---` line, a block of YAML `key: value` lines, a line holding only `---`, a body.
 
-One parser for every Markdown file with a frontmatter block (SKILL.md, SUBAGENT.md). It checks
+The low-level reader under `picobot.domain.definition` (SKILL.md, SUBAGENT.md, agent files). It checks
 the shape only; what keys a file needs, and how big the file may be, is its caller's business.
 """
 
@@ -35,6 +35,12 @@ def split(text: str, *, max_chars: int | None = None, opening_hint: str = "") ->
     closing `---`. `max_chars` limits the YAML block; `opening_hint` is added to the message for a
     text without an opening `---` (e.g. " holding 'description: ...'").
     """
+    block, body = split_block(text, max_chars=max_chars, opening_hint=opening_hint)
+    return _load(block), body
+
+
+def split_block(text: str, *, max_chars: int | None = None, opening_hint: str = "") -> tuple[str, str]:
+    """(the frontmatter's YAML text, the body after it), as `split` finds them, the YAML not parsed."""
     text = text.removeprefix("\ufeff")
     if not text.startswith("---"):
         raise FrontmatterError(f"it does not start with a '---' frontmatter block{opening_hint}")
@@ -45,7 +51,7 @@ def split(text: str, *, max_chars: int | None = None, opening_hint: str = "") ->
     block = text[first_nl + 1:close.start()]
     if max_chars is not None and len(block) > max_chars:
         raise FrontmatterError(f"its frontmatter is over {max_chars} characters")
-    return _load(block), text[close.end():].lstrip("\r\n")
+    return block, text[close.end():].lstrip("\r\n")
 
 
 def _load(block: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ def agent_of(config: Config, model: str) -> str | None:
     """The agent a model name picks, or None when no agent has that name."""
     if model in (DEFAULT_MODEL, DEFAULT_AGENT):
         return DEFAULT_AGENT
-    return model if model in config.agents else None
+    return model if model in config.agent_names() else None
 
 
 def model_of(agent: str) -> str:
@@ -28,5 +28,5 @@ def model_object(agent: str, created: int) -> dict[str, Any]:
 
 def model_list(config: Config, only: str | None, created: int) -> dict[str, Any]:
     """GET /v1/models: every agent, or only `only` (the agent an API key is scoped to)."""
-    agents = [a for a in config.agents if only is None or a == only]
+    agents = [a for a in config.agent_names() if only is None or a == only]
     return {"object": "list", "data": [model_object(a, created) for a in agents]}

@@ -97,8 +97,9 @@ def picobot_turn_notes(ctx, turn_input, ports) -> list[Any] | None:
 
 
 @hookspec
-def picobot_prompt_index(ports, registry) -> str | None:
-    """Text added to the runtime note of every model call (the skill index)."""
+def picobot_prompt_index(ports, registry, skills) -> str | None:
+    """Text added to the runtime note of every model call (the skill index). `registry`: the running
+    agent's tools; `skills`: its skill allowlist (None = every skill)."""
 
 
 @hookspec(firstresult=True)

@@ -111,9 +111,12 @@ class Runtime:
                 self._commands = self.plugins.commands(self.config, self)
             return self._commands
 
-    def prompt_index(self) -> str:
-        """What plugins add to every model call's runtime note (the skill index); "" when none."""
-        parts = self.plugins.call("picobot_prompt_index", ports=self, registry=self.tools())
+    def prompt_index(self, registry: ToolRegistry | None = None, skills: tuple[str, ...] | None = None) -> str:
+        """What plugins add to every model call's runtime note (the skill index); "" when none.
+
+        `registry`: the tools of the agent running (default: all); `skills`: its skill allowlist."""
+        parts = self.plugins.call("picobot_prompt_index", ports=self, registry=registry if registry is not None else self.tools(),
+                                  skills=skills)
         return "\n\n".join(p for p in parts if isinstance(p, str) and p)
 
     def close(self) -> None:

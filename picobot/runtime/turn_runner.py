@@ -16,6 +16,7 @@ from picobot.agent.context import agent_prompt, needs_agent_prompt, runtime_note
 from picobot.agent.loop import AgentLoop, LoopResult, LoopSettings
 from picobot.agent.snapshot import TurnController
 from picobot.config.model_refs import ModelChoice
+from picobot.config.schema import ResolvedAgent
 from picobot.config.workspace import chat_workspace
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import MARKER_TURN_ERROR, MARKER_TURN_STOPPED, ChatMessage, Usage, text_of
@@ -23,6 +24,7 @@ from picobot.domain.scope import scope_key_for
 from picobot.errors import ConfigError, ToolError
 from picobot.plugins.types import InputMessage, StageContext, TurnView
 from picobot.runtime import attempts
+from picobot.runtime.agent_setup import agent_tools, loop_settings
 from picobot.runtime.lease import Lease
 from picobot.runtime.provider_chain import agent_provider
 from picobot.runtime.services import Runtime
@@ -232,13 +234,11 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
              cancel: CancelToken) -> LoopResult:
     cfg = rt.config
     new: list[ChatMessage] = []
+    # resolved once: the turn keeps this agent (an agent file's generation) to its end
+    resolved, unusable = _resolve(cfg, claimed.agent, _dialog_choice(rt, session_id, claimed))
     if needs_agent_prompt(claimed.history, claimed.user_turns, cfg.gateway.agent_prompt_reinject_every):
-        resolved_prompt = None
-        try:
-            resolved_prompt = cfg.agent(claimed.agent).agent.system_prompt
-        except ConfigError:
-            pass
-        new.append(agent_prompt(cfg.home, resolved_prompt, _scope_of(claimed)))
+        extra = resolved.agent.system_prompt if resolved is not None else None
+        new.append(agent_prompt(cfg.home, extra, _scope_of(claimed)))
     for row in claimed.rows:
         new.append(ChatMessage(role="user", content=row.content))
         controller.user(row.seq, row.content)
@@ -249,20 +249,13 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
     if answer is not None:  # a plugin answered: no model call
         return _answered(new, controller, rt.plugins.before_output(stage, answer))
     try:
-        resolved = cfg.agent(claimed.agent, _dialog_choice(rt, session_id, claimed))
+        if resolved is None:
+            assert unusable is not None
+            raise unusable
         provider = agent_provider(rt, resolved)
     except ConfigError as exc:
-        return LoopResult(messages=new, usage=Usage(), status="failed",
-                          error=f"No model is configured: {exc.reason}")
-    settings = LoopSettings(
-        model=resolved.model.model_id, temperature=resolved.model.temperature,
-        max_tokens=resolved.model.max_tokens, options=dict(resolved.model.options),
-        max_tool_iterations=resolved.agent.max_tool_iterations,
-        tool_result_max_chars=resolved.agent.tool_result_max_chars,
-        context_tool_result_trim_chars=resolved.agent.context_tool_result_trim_chars,
-        idle_timeout_secs=resolved.provider.llm_timeout_secs + 5,
-        max_parallel_tools=cfg.tools.max_parallel,
-    )
+        return LoopResult(messages=new, usage=Usage(), status="failed", error=_unusable_text(claimed.agent, exc))
+    settings = loop_settings(cfg, resolved)
     workspace = cfg.workspace_path()
     if cfg.tools.workspace_per_chat:
         workspace = chat_workspace(workspace, claimed.channel, claimed.chat_id)
@@ -272,8 +265,12 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
         sender_id=claimed.rows[0].sender_id, turn_id=claimed.turn_id, workspace=workspace, cancel=cancel,
         timezone=cfg.time.timezone, send_message=SessionMessenger(rt, session_id, claimed.channel, claimed.chat_id),
         settings=cfg.tools.model_dump(), secrets=rt.secrets, inbound_seq=claimed.rows[0].seq,
+        agent_name=resolved.name, delegates=resolved.delegates, skills=resolved.skills,
     )
-    note = runtime_note(cfg.time.timezone, claimed.channel, workspace, rt.prompt_index())
+    tools = agent_tools(rt.tools(), resolved)
+    note = runtime_note(cfg.time.timezone, claimed.channel, workspace, rt.prompt_index(tools, resolved.skills))
+    if resolved.instructions:  # an agent file's body: sent with every call, so an edit applies at once
+        note = ChatMessage(role="system", content=f"{resolved.instructions}\n\n{text_of(note.content)}")
     # plugins' notes (recalled memories) go right before this turn's new messages, never stored
     recalled = _notes(rt.plugins.call("picobot_turn_notes", ctx=stage, turn_input=text, ports=rt))
     prefix = _notes(rt.plugins.call("picobot_history_prefix", ctx=stage, history=claimed.history,
@@ -287,8 +284,8 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
         compacted = _compact_now(rt, stage, claimed, error, cancel)
         return None if compacted is None else [note] + compacted + recalled
 
-    result = AgentLoop(provider, rt.tools(), settings, hooks=rt.plugins).run(history, new, ctx, controller, steer,
-                                                                               on_overflow)
+    result = AgentLoop(provider, tools, settings, hooks=rt.plugins).run(history, new, ctx, controller, steer,
+                                                                         on_overflow)
     if result.status == "completed":
         _replace_answer(result, rt.plugins.before_output(stage, result.final_text))
     return result
@@ -302,6 +299,19 @@ def _dialog_choice(rt: Runtime, session_id: str, claimed: _Claimed) -> ModelChoi
         log.warning("dialog %s chose %s:%s, which agent %s may no longer use; using the agent's own model",
                     session_id, provider, model, claimed.agent)
     return choice
+
+
+def _resolve(cfg: Any, name: str, choice: ModelChoice | None) -> tuple[ResolvedAgent | None, ConfigError | None]:
+    try:
+        return cfg.agent(name, choice), None
+    except ConfigError as exc:
+        return None, exc
+
+
+def _unusable_text(name: str, exc: ConfigError) -> str:
+    if exc.key_path.startswith("agents/"):  # an agent file with an error
+        return f"The agent {name!r} cannot run: its file has an error: {exc.reason}"
+    return f"No model is configured: {exc.reason}"
 
 
 def _notes(found: list) -> list[ChatMessage]:

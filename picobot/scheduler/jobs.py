@@ -226,8 +226,8 @@ def _check_payload(payload: dict, kind: str, config: Config) -> None:
         if isinstance(payload.get(key), str) and len(payload[key]) > limit:
             raise JobError(f"payload.{key}", f"{len(payload[key])} characters; the limit is {limit}")
     agent = payload.get("agent")
-    if agent is not None and agent not in config.agents:
-        raise JobError("payload.agent", f"unknown agent {agent[:64]!r} (known: {', '.join(sorted(config.agents))})")
+    if agent is not None and agent not in config.agent_names():
+        raise JobError("payload.agent", f"unknown agent {agent[:64]!r} (known: {', '.join(sorted(config.agent_names()))})")
     if kind == "internal_event" and payload.get("event") not in INTERNAL_EVENTS:
         raise JobError("payload.event", f"one of {', '.join(INTERNAL_EVENTS)}")
     if kind == "outbound_message":

@@ -82,9 +82,13 @@ class SkillCatalog:
     def get(self, name: str) -> Skill | None:
         return self._current().skills.get(name)
 
-    def index_text(self) -> str:
-        """The skill index for the system prompt ("" when no skill is enabled)."""
-        return self._current().index
+    def index_text(self, allowed: tuple[str, ...] | None = None) -> str:
+        """The skill index for the system prompt ("" when no skill is enabled); `allowed`: only these."""
+        view = self._current()
+        if allowed is None:
+            return view.index
+        listed = sorted((s for s in view.skills.values() if s.enabled and s.name in allowed), key=lambda s: s.name)
+        return build_index(listed, self.config.max_index_chars, self.config.max_listed_skills)
 
     def reload(self) -> list[Skill]:
         """Forget what was read and read everything again."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from picobot.domain.frontmatter import FrontmatterError, split as split_frontmatter
+from picobot.domain.definition import DefinitionError, parse as parse_definition
 from picobot.errors import SkillError
 
 MAX_SKILL_BYTES = 64 * 1024  # a longer SKILL.md is cut here (with a warning): it is prompt text
@@ -38,22 +38,16 @@ def check_name(name: Any) -> str:
     )
 
 
-def parse(text: str) -> SkillDoc:
-    """The frontmatter and body of a SKILL.md; SkillError says what is wrong with it."""
+def parse(text: str, path: str | None = None) -> SkillDoc:
+    """The frontmatter and body of a SKILL.md; SkillError says what is wrong with it (line and key too)."""
     try:
-        meta, body = split_frontmatter(text, max_chars=MAX_FRONTMATTER_CHARS,
-                                       opening_hint=" holding 'description: ...'")
-    except FrontmatterError as exc:
+        doc = parse_definition(text, path=path, max_frontmatter_chars=MAX_FRONTMATTER_CHARS,
+                               opening_hint=" holding 'description: ...'")
+        description = doc.text("description", required=True, max_chars=MAX_DESCRIPTION_CHARS, fold=True,
+                               what="a non-empty text saying when to use the skill (its frontmatter has none)")
+    except DefinitionError as exc:
         raise SkillError(str(exc)) from None
-    return SkillDoc(_name_of(meta), _description_of(meta), body)
-
-
-def _description_of(meta: dict[str, Any]) -> str:
-    raw = meta.get("description")
-    if not isinstance(raw, str) or not raw.strip():
-        raise SkillError("its frontmatter has no 'description' (a non-empty text saying when to use the skill)")
-    text = " ".join(raw.split())
-    return text[:MAX_DESCRIPTION_CHARS]
+    return SkillDoc(_name_of(doc.meta), description or "", doc.body)
 
 
 def _name_of(meta: dict[str, Any]) -> str | None:

@@ -40,9 +40,10 @@ class SkillsPlugin:
         return skill_tools(catalog, SkillEvents(ports.db))
 
     @hookimpl
-    def picobot_prompt_index(self, ports: "Ports", registry: "ToolRegistry") -> str:
-        """The skill index; "" when skills are off or skill_activate is disabled."""
+    def picobot_prompt_index(self, ports: "Ports", registry: "ToolRegistry", skills: Any = None) -> str:
+        """The skill index (of the agent's allowed `skills`); "" when skills are off or skill_activate
+        is not among the agent's tools."""
         catalog = self.catalog(ports)
         if catalog is None or "skill_activate" not in registry:
             return ""
-        return catalog.index_text()
+        return catalog.index_text(skills)

@@ -43,6 +43,9 @@ class SkillActivateTool(Tool):
 
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
         skill = manage.require(self.catalog, args["name"])
+        if ctx.skills is not None and skill.name not in ctx.skills:
+            raise SkillError(f"Skill {skill.name!r} is not among this agent's skills "
+                             f"({', '.join(ctx.skills) or 'none'}).")
         if not skill.enabled:
             raise SkillError(f"Skill {skill.name!r} is disabled ({', '.join(skill.disabled_in)}); "
                              "enable it with skill_manage action=enable if the user wants it.")

@@ -74,7 +74,14 @@ def _context(rt: "AgentPorts", run: dict[str, Any], parent: dict[str, Any]) -> T
         turn_id=run["turn_id"], workspace=workspace, timezone=parent["timezone"],
         send_message=SessionMessenger(rt, run["session_id"], parent["channel"], parent["chat_id"]),
         settings=rt.config.tools.model_dump(), secrets=rt.secrets,
+        # a named agent's run keeps its name and allowlists (as admitted); a sub-agent type's has none
+        agent_name=parent.get("agent_name") or "default", delegates=_names(parent.get("delegates")),
+        skills=_names(parent.get("skills")),
     )
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    return tuple(str(v) for v in value) if isinstance(value, list) else None
 
 
 def _wake(rt: "AgentPorts", session_id: str) -> None:

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from picobot.config.workspace import inside
+from picobot.domain.definition import decode
 from picobot.subagents.definitions import BUILTINS, MAX_FILE_BYTES, Definition, DefinitionError, parse
 
 log = logging.getLogger("picobot.subagents")
@@ -67,7 +68,7 @@ class SubagentCatalog:
             try:
                 definition = self._read(source, path)
             except DefinitionError as exc:
-                self._warn_once(path, str(exc))
+                self._warn_once(path, exc.reason if exc.path is None else str(exc).removeprefix(f"{path}: "))
                 continue
             defs[definition.name] = definition
         return defs
@@ -80,9 +81,7 @@ class SubagentCatalog:
                 data = fh.read(MAX_FILE_BYTES + 1)
         except OSError as exc:
             raise DefinitionError(f"it cannot be read ({exc.strerror or exc})") from None
-        if len(data) > MAX_FILE_BYTES:
-            raise DefinitionError(f"it is over {MAX_FILE_BYTES // 1024} KiB")
-        return parse(data.decode("utf-8", errors="replace"), path.parent.name, source, str(path))
+        return parse(decode(data, max_bytes=MAX_FILE_BYTES), path.parent.name, source, str(path))
 
     def _warn_once(self, path: Path, why: str) -> None:
         key = (str(path), _stat(path))

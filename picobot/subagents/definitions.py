@@ -20,7 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from picobot.domain.frontmatter import FrontmatterError, split as split_frontmatter
+from picobot.domain.definition import DefinitionError, parse as parse_definition
+
+__all__ = ["BUILTINS", "Definition", "DefinitionError", "parse"]
 
 MAX_FILE_BYTES = 64 * 1024
 MAX_DESCRIPTION_CHARS = 300
@@ -33,10 +35,6 @@ _BASE_PROMPT = (
     "make it a complete, concise report of what you found or did."
 )
 _READ_ONLY_PROMPT = "You have read-only tools. Do not try to change files or anything else."
-
-
-class DefinitionError(ValueError):
-    """A SUBAGENT.md that cannot be used; the text says what to fix."""
 
 
 @dataclass(frozen=True)
@@ -81,45 +79,16 @@ def render(template: str, description: str, prompt: str) -> str:
 
 
 def parse(text: str, folder_name: str, source: str, path: str) -> Definition:
-    """The definition in a SUBAGENT.md's text; DefinitionError says what is wrong."""
-    meta, body = _split(text.removeprefix("\ufeff"))
-    name = meta.get("name", folder_name)
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name) or ".." in name:
-        raise DefinitionError("'name' must be 1-64 letters, digits, '.', '_' or '-'")
+    """The definition in a SUBAGENT.md's text; DefinitionError says what is wrong (file, line, key)."""
+    doc = parse_definition(text, path=path)
+    name = doc.name("name", NAME_RE, "a name is 1-64 letters, digits, '.', '_' or '-'") or folder_name
     if name in BUILTIN_NAMES:
-        raise DefinitionError(f"'{name}' is a built-in sub-agent; choose another name")
+        raise doc.error("name", f"'{name}' is a built-in sub-agent; choose another name")
+    description = doc.text("description", required=True, what="a text saying what the sub-agent does") or ""
+    secs = doc.number("max_execution_secs", low=0, high=86_400, what="of seconds ")
     return Definition(
-        name=name, description=_text(meta, "description")[:MAX_DESCRIPTION_CHARS], source=source,
-        prompt_template=_text(meta, "prompt_template"), body=body, allowed_tools=_tools(meta.get("allowed_tools")),
-        max_execution_secs=_secs(meta.get("max_execution_secs")), path=path,
+        name=name, description=description[:MAX_DESCRIPTION_CHARS], source=source,
+        prompt_template=doc.text("prompt_template", required=True, what="the task message's template") or "",
+        body=doc.body, allowed_tools=doc.names("allowed_tools", what="tool names", example="[read, bash]"),
+        max_execution_secs=secs, path=path,
     )
-
-
-def _split(text: str) -> tuple[dict[str, Any], str]:
-    try:
-        return split_frontmatter(text)
-    except FrontmatterError as exc:
-        raise DefinitionError(exc.reason) from None  # the reason only: these messages name no line
-
-
-def _text(meta: dict[str, Any], key: str) -> str:
-    value = meta.get(key)
-    if not isinstance(value, str) or not value.strip():
-        raise DefinitionError(f"'{key}' is missing or not a non-empty text")
-    return value.strip()
-
-
-def _tools(value: Any) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise DefinitionError("'allowed_tools' must be a list of tool names, e.g. [read, bash]")
-    return tuple(dict.fromkeys(v.strip() for v in value))
-
-
-def _secs(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 86_400:
-        raise DefinitionError("'max_execution_secs' must be a number of seconds from 1 to 86400")
-    return float(value)

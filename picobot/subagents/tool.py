@@ -18,7 +18,9 @@ from picobot.agent.snapshot import TurnController
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import Usage
 from picobot.domain.text import repair_text
-from picobot.errors import ToolError
+from picobot.errors import ConfigError, ToolError
+from picobot.runtime.agent_setup import agent_tools, loop_settings
+from picobot.runtime.provider_chain import agent_provider
 from picobot.storage import agent_runs
 from picobot.storage.agent_runs import NewRun
 from picobot.storage.models import RUN_COMPLETED, RUN_FAILED, RUN_QUEUED, RUN_RUNNING
@@ -29,6 +31,7 @@ from picobot.subagents.runner import TASK_TOOL, ChildSpec, Outcome, child_tools,
 from picobot.tools.base import RunningAgent, Tool, ToolContext
 
 if TYPE_CHECKING:
+    from picobot.config.schema import ResolvedAgent
     from picobot.runtime.ports import AgentPorts
 
 log = logging.getLogger("picobot.subagents")
@@ -36,11 +39,16 @@ log = logging.getLogger("picobot.subagents")
 MAX_DESCRIPTION_CHARS = 500
 MAX_PROMPT_CHARS = 50_000
 MAX_TYPES_CHARS = 400  # the custom types listed in the tool's description
+_AGENT_PROMPT = (
+    "Another agent handed you one task. Work on it alone with your tools; nobody will answer questions. "
+    "Your final answer is returned to that agent as the task's result: make it a complete, concise report."
+)
 
 _DESCRIPTION = (
     "Delegate a self-contained task to a sub-agent (own history; your tools or fewer). prompt: full "
     "instructions. Parallel calls run at once. background: returns a run id now; the result comes later "
-    "as a message. action + run_id manage runs. Types: general, explore (read-only)"
+    "as a message. action + run_id manage runs. agent: hand the task to a named agent (its own model, "
+    "tools and instructions). Types: general, explore (read-only)"
 )
 
 
@@ -50,6 +58,7 @@ class _Request:
     prompt: str
     subagent_type: str
     background: bool
+    agent: str | None = None  # a named agent (config or agent file) to run it
 
 
 class TaskTool(Tool):
@@ -60,6 +69,7 @@ class TaskTool(Tool):
             "description": {"type": "string"},
             "prompt": {"type": "string"},
             "subagent_type": {"type": "string"},
+            "agent": {"type": "string"},
             "background": {"type": "boolean"},
             "action": {"enum": ["run", "get", "list", "get_result", "cancel"]},
             "run_id": {"type": "string"},
@@ -81,7 +91,12 @@ class TaskTool(Tool):
         listed = "; ".join(custom)
         if len(listed) > MAX_TYPES_CHARS:
             listed = listed[:MAX_TYPES_CHARS - 3] + "..."
-        return f"{_DESCRIPTION}; {listed}." if listed else f"{_DESCRIPTION}."
+        text = f"{_DESCRIPTION}; {listed}." if listed else f"{_DESCRIPTION}."
+        agents = "; ".join(f"{a.id} ({a.description})" if a.description else a.id
+                           for a in self.rt.config.agent_files().current().agents.values())
+        if agents:
+            text += f" Agents: {agents[:MAX_TYPES_CHARS]}."
+        return text
 
     def for_child(self, run_id: str) -> "TaskTool":
         return TaskTool(self.rt, self.depth + 1, run_id, self.catalog)
@@ -95,6 +110,13 @@ class TaskTool(Tool):
             raise ToolError("task runs only inside an agent's turn.")
         if request.background and self.depth > 0:
             raise ToolError("Only the main agent can start background runs; call task again without background.")
+        target = self._named_agent(request, ctx)
+        if target is not None:
+            run, spec, tools, child = self._prepare_agent(request, target, ctx)
+            self._admit(run, ctx)
+            if request.background:
+                return self._start_background(run, ctx.agent)
+            return self._run_foreground(run, spec, tools, ctx.agent, child, target)
         definition = self.catalog.get(request.subagent_type)
         note = ""
         if definition is None:
@@ -106,6 +128,57 @@ class TaskTool(Tool):
         if request.background:
             return self._start_background(run, ctx.agent) + note
         return self._run_foreground(run, spec, tools, ctx.agent, ctx) + note
+
+    # --- a named agent ----------------------------------------------------------------------
+
+    def _named_agent(self, req: _Request, ctx: ToolContext) -> "ResolvedAgent | None":
+        """The agent `agent` names (or `subagent_type`, when no sub-agent type has that name); ToolError when
+        it is unknown, broken, or not among the calling agent's `delegates`."""
+        name = req.agent
+        if name is None:
+            if self.catalog.get(req.subagent_type) is not None:
+                return None
+            name = req.subagent_type
+            try:
+                self.rt.config.agent(name)
+            except ConfigError:
+                return None  # no such agent either: the old way (runs as 'general', with a note)
+        if ctx.delegates is not None and name not in ctx.delegates:
+            allowed = ", ".join(ctx.delegates) or "none"
+            raise ToolError(f"Not started: agent {ctx.agent_name!r} may not hand work to {name!r}; "
+                            f"its delegates are: {allowed}. Do it yourself or choose one of those.")
+        try:
+            return self.rt.config.agent(name)
+        except ConfigError as exc:
+            raise ToolError(f"Not started: agent {name!r} cannot run: {exc.reason}") from None
+
+    def _prepare_agent(self, req: _Request, target: "ResolvedAgent", ctx: ToolContext):  # type: ignore[no-untyped-def]
+        cfg = self.rt.config.subagents
+        run_id = uuid.uuid4().hex
+        depth = self.depth + 1
+        own = agent_tools(self.rt.tools(), target)  # its own tools, not its caller's
+        may_delegate = TASK_TOOL in own and depth < cfg.max_depth
+        tools = child_tools(own, lambda t: True, self.for_child(run_id) if may_delegate else None)
+        parts = [_AGENT_PROMPT, target.instructions or target.agent.system_prompt or ""]
+        system_prompt = "\n\n".join(p for p in parts if p)
+        settings = loop_settings(self.rt.config, target)
+        spec = ChildSpec(run_id, system_prompt, f"Task: {req.description}\n\n{req.prompt}",
+                         min(cfg.timeout_secs, target.timeout_secs or math.inf),
+                         min(cfg.max_iterations, settings.max_tool_iterations))
+        child = dataclasses.replace(ctx, agent_name=target.name, delegates=target.delegates, skills=target.skills)
+        snapshot = {"name": target.name, "source": f"agent:{target.source}", "path": None, "read_only": False,
+                    "allowed_tools": list(target.tools) if target.tools is not None else None,
+                    "max_execution_secs": target.timeout_secs, "generation": target.generation,
+                    "requested_type": req.subagent_type, "run": {
+            "tools": tools.names(), "system_prompt": spec.system_prompt, "task_text": spec.task_text,
+            "timeout_secs": spec.timeout_secs, "max_iterations": spec.max_iterations,
+            "provider": target.provider_key, "settings": dataclasses.asdict(settings),
+            "workspace": str(ctx.workspace), "channel": ctx.channel, "chat_id": ctx.chat_id, "timezone": ctx.timezone,
+            "agent_name": target.name, "delegates": _listed(target.delegates), "skills": _listed(target.skills),
+        }}
+        run = NewRun(run_id, ctx.session_id, ctx.turn_id, self.parent_run_id, depth, req.background, target.name,
+                     snapshot, req.description, req.prompt, ctx.sender_id)
+        return run, spec, tools, child
 
     # --- preparing a run ------------------------------------------------------------------
 
@@ -146,7 +219,7 @@ class TaskTool(Tool):
     # --- foreground -----------------------------------------------------------------------
 
     def _run_foreground(self, run: NewRun, spec: ChildSpec, tools: Any, parent: RunningAgent,
-                        ctx: ToolContext) -> str:
+                        ctx: ToolContext, target: "ResolvedAgent | None" = None) -> str:
         events: TurnController = parent.events
         events.subagent_started(run.id, _block_info(run, RUN_RUNNING))
         controller = TurnController(ctx.session_id, run.id,
@@ -156,8 +229,11 @@ class TaskTool(Tool):
         unhook = ctx.cancel.on_cancel(lambda: cancel.cancel("stopped"))  # /stop of the parent stops the child
         self.rt.track_turn(run.id, True)
         try:
-            outcome = run_child(spec, parent.provider, tools, parent.settings, ctx, cancel, controller,
-                                parent.hooks)
+            if target is None:
+                provider, settings = parent.provider, parent.settings
+            else:  # a named agent: its own model
+                provider, settings = agent_provider(self.rt, target), loop_settings(self.rt.config, target)
+            outcome = run_child(spec, provider, tools, settings, ctx, cancel, controller, parent.hooks)
         except Exception as exc:  # a bug or infrastructure failure: recorded, and the parent model is told
             log.exception("sub-agent run %s crashed", run.id)
             outcome = Outcome(RUN_FAILED, f"internal error while running it ({type(exc).__name__})", Usage())
@@ -184,6 +260,10 @@ class TaskTool(Tool):
                 f"message in this chat; do not wait for it. Check on it with action=get run_id={run.id}.")
 
 
+def _listed(names: tuple[str, ...] | None) -> list[str] | None:
+    return list(names) if names is not None else None
+
+
 def _allowed(definition: Definition, tool: Tool) -> bool:
     if definition.read_only and not tool.read_only:
         return False
@@ -203,7 +283,11 @@ def _request(args: dict[str, Any]) -> _Request:
     description = _text(args, "description", MAX_DESCRIPTION_CHARS, "a short title of the task")
     prompt = _text(args, "prompt", MAX_PROMPT_CHARS, "the complete instructions for the sub-agent")
     kind = repair_text(str(args.get("subagent_type") or "general")).strip()[:64] or "general"
-    return _Request(description, prompt, kind, bool(args.get("background", False)))
+    agent = args.get("agent")
+    if agent is not None and (not isinstance(agent, str) or not agent.strip()):
+        raise ToolError("`agent` must be the name of an agent, e.g. \"reviewer\".")
+    agent = repair_text(agent).strip()[:64] if agent is not None else None
+    return _Request(description, prompt, kind, bool(args.get("background", False)), agent)
 
 
 def _text(args: dict[str, Any], key: str, limit: int, what: str) -> str:

@@ -46,6 +46,11 @@ class ToolContext:
     # The agent loop running this call (its provider, tools, settings, snapshot), set by that loop:
     # a delegating tool (`task`) builds a sub-agent from it. See RunningAgent.
     agent: RunningAgent | None = None
+    # The agent this call runs for (config `agents.<name>` or an agent file) and its allowlists:
+    # `delegates` = agents `task` may hand work to, `skills` = skills it may load (None = no limit).
+    agent_name: str = "default"
+    delegates: tuple[str, ...] | None = None
+    skills: tuple[str, ...] | None = None
     # Side effects (file writes, messages) pass this gate: none starts once the turn is over.
     gate: TurnGate = field(init=False, repr=False)
 

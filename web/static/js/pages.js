@@ -8,6 +8,7 @@ export const PAGES = [
   { id: "health", title: "Health", icon: "pulse", group: "manage", load: () => import("./pages/health.js") },
   { id: "config", title: "Config", icon: "sliders", group: "manage", load: () => import("./pages/config.js") },
   { id: "devices", title: "Devices", icon: "devices", group: "manage", load: () => import("./pages/devices.js") },
+  { id: "agents", title: "Agents", icon: "copy", group: "manage", load: () => import("./pages/agents.js") },
   { id: "skills", title: "Skills", icon: "book", group: "manage", load: () => import("./pages/skills.js") },
   { id: "channels", title: "Channels", icon: "chat", group: "manage", load: () => import("./pages/channels.js") },
   { id: "deliveries", title: "Deliveries", icon: "send", group: "manage", load: () => import("./pages/deliveries.js") },
