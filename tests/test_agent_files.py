@@ -67,6 +67,23 @@ def test_a_file_agent_resolves_with_its_model_instructions_and_allowlists(tmp_pa
     assert plain.model.model_id == "m-default" and plain.tools is None and plain.delegates is None
 
 
+def test_a_file_agents_model_may_be_a_profile_and_a_dialog_choice_applies_to_it(tmp_path: Path) -> None:
+    from picobot.config.model_refs import ModelChoice
+
+    _write(tmp_path, "fast.md", "---\nmodel: quick\n---\nBe quick.\n")
+    cfg = _config(tmp_path, profiles={"quick": {"provider": "other", "model": "big"}})
+    resolved = cfg.agent("fast")
+    assert (resolved.provider_key, resolved.model.model_id, resolved.chosen) == ("other", "m-big", False)
+    assert cfg.model_choices("fast") == [ModelChoice("other", "big")]  # its own model is its one choice
+    assert cfg.dialog_choice("fast", "other", "big") == ModelChoice("other", "big")
+    assert cfg.dialog_choice("fast", "default", "default") is None  # not the file agent's to choose
+    chosen = cfg.agent("fast", ModelChoice("default", "default"))
+    assert (chosen.provider_key, chosen.model.model_id, chosen.chosen) == ("default", "m-default", True)
+    _write(tmp_path, "both.md", "---\nprovider: other\nmodel: quick\n---\n")
+    with pytest.raises(ConfigError, match="names a profile"):
+        _config(tmp_path, profiles={"quick": {"provider": "other", "model": "big"}}).agent("both")
+
+
 @pytest.mark.parametrize("text, line, key, why", [
     ("---\ndescription: x\ntools: 5\n---\n", 3, "tools", "must be a list of tool names"),
     ("---\ntools: [read, 7]\n---\n", 2, "tools", "holds int"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from picobot.agent.context import agent_prompt, needs_agent_prompt, runtime_note
-from picobot.agent.loop import AgentLoop, LoopResult, LoopSettings
+from picobot.agent.loop import AgentLoop, LoopResult
 from picobot.agent.snapshot import TurnController
 from picobot.config.model_refs import ModelChoice
 from picobot.config.schema import ResolvedAgent
