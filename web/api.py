@@ -100,7 +100,8 @@ def list_sessions() -> Response:
     with _rt().db.read() as s:
         current = sessions.current(s, channel, chat_id)
         rows = sessions.list_for_chat(s, channel, chat_id, include_archived=archived, limit=limit)
-        items = [{"session_id": r.id, "dialog_id": r.dialog_id, "title": r.title, "preview": _preview(s, r.id),
+        items = [{"session_id": r.id, "dialog_id": r.dialog_id, "title": r.title, "title_source": r.title_source,
+                  "preview": _preview(s, r.id),
                   "archived": r.archived_at is not None, "current": current is not None and r.id == current.id,
                   "created_at": r.created_at, "updated_at": r.updated_at,
                   "input_tokens": r.input_tokens, "output_tokens": r.output_tokens} for r in rows]

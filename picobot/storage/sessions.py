@@ -15,6 +15,8 @@ from picobot.storage.models import TURN_RUNNING, ChatScopeRow, SessionRow, TurnR
 from picobot.storage.upsert import InsertIfAbsent, Upsert
 
 DEFAULT_DIALOG = "default"
+TITLE_USER = "user"  # sessions.title_source of a title a person gave (/new <title>, /rename)
+TITLE_AUTO = "auto"  # one the titles capability wrote
 
 _s = SessionRow.__table__
 _scope = ChatScopeRow.__table__
@@ -107,7 +109,8 @@ def _insert_dialog(s: Session, channel: str, chat_id: str, dialog: str, title: s
     now = time.time()
     sid = session_id_of(channel, chat_id, dialog)
     if _INSERT_DIALOG.run(s.connection(), {
-        "id": sid, "channel": channel, "chat_id": chat_id, "dialog_id": dialog, "title": title, "agent": agent,
+        "id": sid, "channel": channel, "chat_id": chat_id, "dialog_id": dialog, "title": title,
+        "title_source": TITLE_USER if title else "", "agent": agent,
         "created_at": now, "updated_at": now, "input_tokens": 0, "output_tokens": 0, "last_input_tokens": 0,
         "next_seq": 0, "next_position": 0, "user_turns": 0,
     }) is None:
@@ -183,7 +186,9 @@ def switch(s: Session, channel: str, chat_id: str, dialog_id: str) -> SessionRow
 
 
 def rename(s: Session, row: SessionRow, title: str) -> None:
+    """A person's title: an automatic one never replaces it (see storage/titles.py)."""
     row.title = title
+    row.title_source = TITLE_USER
     row.updated_at = time.time()
 
 
