@@ -153,6 +153,9 @@ def test_a_failing_title_call_leaves_the_preview_and_is_not_retried(titles_stack
     sessions = httpx.get(f"{titles_stack.http}/api/sessions", params={"chat_id": client.chat_id, "channel": "cli_chat"},
                          headers={"Authorization": f"Bearer {titles_stack.token}"}, timeout=10).json()["sessions"]
     assert [(s["title"], s["preview"]) for s in sessions] == [("", f"{token} first question")]
+    listed = client.command("/sessions")  # every channel's list names it by its first message
+    assert f"“{token} first question”" in listed["text"]
+    assert listed["data"]["sessions"][0]["preview"] == f"{token} first question"
     assert API_KEY not in titles_stack.all_logs()
     client.close()
 

@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Connection, bindparam, exists, func, select, update
 from sqlalchemy.orm import Session
 
-from picobot.domain.messages import Usage
-from picobot.storage.models import TURN_RUNNING, ChatScopeRow, SessionRow, TurnRow
+from picobot.domain.messages import Usage, text_of
+from picobot.storage.models import TURN_RUNNING, ChatScopeRow, MessageRow, SessionRow, TurnRow
 from picobot.storage.upsert import InsertIfAbsent, Upsert
 
 DEFAULT_DIALOG = "default"
@@ -21,6 +21,8 @@ TITLE_AUTO = "auto"  # one the titles capability wrote
 _s = SessionRow.__table__
 _scope = ChatScopeRow.__table__
 _t = TurnRow.__table__
+_m = MessageRow.__table__
+PREVIEW_CHARS = 80  # of an untitled dialog's first message, in lists
 
 # --- hot path: Core statements built once (every message and every turn runs these) --------
 
@@ -174,6 +176,17 @@ def list_for_chat(s: Session, channel: str, chat_id: str, include_archived: bool
     if not include_archived:
         q = q.where(SessionRow.archived_at.is_(None))
     return list(s.scalars(q))
+
+
+def previews(s: Session, session_ids: list[str], chars: int = PREVIEW_CHARS) -> dict[str, str]:
+    """Each dialog's first user message on one line, cut to `chars`: what names an untitled dialog. One query."""
+    if not session_ids:
+        return {}
+    first = (select(_m.c.session_id, func.min(_m.c.position).label("position"))
+             .where(_m.c.session_id.in_(session_ids), _m.c.role == "user").group_by(_m.c.session_id).subquery())
+    rows = s.execute(select(_m.c.session_id, _m.c.content).join(
+        first, (_m.c.session_id == first.c.session_id) & (_m.c.position == first.c.position)))
+    return {sid: " ".join(text_of(content or "").split())[:chars] for sid, content in rows}
 
 
 def switch(s: Session, channel: str, chat_id: str, dialog_id: str) -> SessionRow | None:
