@@ -38,7 +38,9 @@ class _Call:
 
     def __init__(self, provider: str, model: str) -> None:
         self.provider, self.model, self.started, self.t0 = provider, model, time.time(), time.perf_counter()
-        self.usage, self.finish_reason, self.error = Usage(), "", None  # type: str | None
+        self.usage = Usage()
+        self.finish_reason = ""
+        self.error: str | None = None  # the error's type name when the call failed
 
     def view(self) -> ModelCallView:
         u = self.usage
@@ -77,6 +79,9 @@ def _write(rt: "Ports", session_id: str) -> str:
         call.error = type(exc).__name__
         log.warning("no title for %s: %s", session_id, exc)
         return "failed"
+    except Exception as exc:  # a bug, not a provider's failure: the task's log shows it; the attempt is spent
+        call.error = type(exc).__name__
+        raise
     finally:
         _report(rt, session_id, dialog, call)
     return _store(rt, session_id, prompt.sanitise(reply, rt.config.titles.max_chars))
