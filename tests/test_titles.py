@@ -108,6 +108,27 @@ def test_the_title_is_written_once_in_the_background_after_the_first_answer(titl
     other.close()
 
 
+def _title_calls_in_metrics(stack: Stack, outcome: str) -> float:
+    """`picobot_model_calls_total` of the light model (only title calls use it here), once a sample arrived."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(stack.http + "/metrics", timeout=10).text
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "picobot_model_calls_total" and s.labels.get("model") == "light-model"
+               and s.labels.get("provider") == "default" and s.labels.get("outcome") == outcome)
+
+
+def test_the_title_call_is_reported_like_any_model_call(titles_stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    """Through `picobot_model_call` (kind `title`): metrics count it, and a usage ledger can record it."""
+    token = uuid.uuid4().hex[:8]
+    add_rule(llm, f"User: {token}", {"content": "Counted", "usage": {"input_tokens": 70, "output_tokens": 2}})
+    client = _client(titles_stack)
+    client.ask(f"{token} count me")
+    _outcome(titles_stack, client.session_id, "titled")
+    wait_for(lambda: _title_calls_in_metrics(titles_stack, "ok") >= 1, 30, "the title call in /metrics")
+    client.close()
+
+
 def test_a_rename_before_the_title_call_ends_wins(titles_stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
     token = uuid.uuid4().hex[:8]
     add_rule(llm, f"User: {token}", {"content": "Automatic Name", "delay_ms": 2500})
