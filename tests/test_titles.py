@@ -276,3 +276,48 @@ def test_a_valid_titles_section_is_accepted(tmp_path: Path) -> None:
     assert (cfg.titles.provider, cfg.titles.model, cfg.titles.max_chars, cfg.titles.enabled) == (
         "default", "light", 80, False)
     assert load(home, cwd, data=PROVIDERS).titles.enabled is True  # on by default
+
+
+# --- the SQL on SQLite and PostgreSQL ------------------------------------------------------
+
+
+def test_the_attempt_and_the_conditional_write_on_both_databases(db_url: str) -> None:
+    import time
+
+    from picobot.storage import sessions
+    from picobot.storage import titles as sql
+    from picobot.storage.db import Database
+    from picobot.storage.models import MessageRow
+
+    d = Database(db_url)
+    try:
+        d.migrate()
+        with d.write() as s:
+            auto = sessions.create(s, "web", "t-sql", agent="default")
+            named = sessions.create(s, "web", "t-sql", title="By hand")
+            fresh = sessions.create(s, "web", "t-sql")
+            s.add_all([MessageRow(session_id=auto.id, position=0, role="user", content="  hello\n there ",
+                                  created_at=time.time()),
+                       MessageRow(session_id=auto.id, position=1, role="assistant", content="", created_at=time.time(),
+                                  tool_calls=[{"id": "c1", "name": "get_time", "arguments": "{}"}]),
+                       MessageRow(session_id=auto.id, position=2, role="assistant",
+                                  content=[{"type": "text", "text": "Hi!"}], created_at=time.time())])
+            ids = (auto.id, named.id, fresh.id)
+        with d.begin() as conn:
+            assert sql.first_exchange(conn, ids[0]) == ("  hello\n there ", "Hi!")  # the answer after the tool call
+            assert sql.claim_attempt(conn, ids[0], time.time()) is True
+            assert sql.claim_attempt(conn, ids[0], time.time()) is False  # one attempt
+            assert sql.claim_attempt(conn, ids[1], time.time()) is False  # a person named it
+            assert sql.write_auto(conn, ids[1], "Auto") is False
+            assert sql.write_auto(conn, ids[2], "Auto") is True
+            assert sql.write_auto(conn, ids[2], "Again") is False  # written once
+        with d.write() as s:
+            sessions.rename(s, sessions.get(s, ids[0]), "Renamed first")
+        with d.begin() as conn:
+            assert sql.write_auto(conn, ids[0], "Auto") is False  # the rename came first and wins
+        with d.read() as s:
+            assert [(r.title, r.title_source) for r in map(lambda i: sessions.get(s, i), ids)] == [
+                ("Renamed first", "user"), ("By hand", "user"), ("Auto", "auto")]
+            assert sessions.previews(s, list(ids)) == {ids[0]: "hello there"}
+    finally:
+        d.dispose()
