@@ -81,7 +81,7 @@ def _client(stack: Stack) -> WsClient:
 def test_the_title_is_written_once_in_the_background_after_the_first_answer(titles_stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
     token = uuid.uuid4().hex[:8]
     # the title answers late: the dialog goes on meanwhile (it is no part of any turn)
-    add_rule(llm, f"User: {token}", {"content": "Weekend in Lisbon", "delay_ms": 2500})
+    add_rule(llm, f"User: {token}", {"content": "Weekend in Lisbon", "delay_ms": 4000})
     client = _client(titles_stack)
     assert client.ask(f"{token} plan a weekend in Lisbon")["status"] == "completed"
     assert client.ask(f"{token} and what about Porto?")["status"] == "completed"
@@ -131,7 +131,7 @@ def test_the_title_call_is_reported_like_any_model_call(titles_stack: Stack, llm
 
 def test_a_rename_before_the_title_call_ends_wins(titles_stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
     token = uuid.uuid4().hex[:8]
-    add_rule(llm, f"User: {token}", {"content": "Automatic Name", "delay_ms": 2500})
+    add_rule(llm, f"User: {token}", {"content": "Automatic Name", "delay_ms": 5000})
     client = _client(titles_stack)
     client.ask(f"{token} hello there")
     wait_for(lambda: _title_requests(llm, token), 30, "the title call to start")
