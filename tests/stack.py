@@ -33,6 +33,9 @@ def base_config(llm_url: str, port: int, **gateway: Any) -> dict[str, Any]:
         "gateway": {"host": "127.0.0.1", "port": port, "turn_lease_secs": 6, "sweep_interval_secs": 1,
                     "snapshot_interval_ms": 20, **gateway},
         "time": {"timezone": "UTC"},
+        # off: a background title call would take scripted responses and show in the request log of
+        # tests about something else (tests/test_titles.py turns them on)
+        "titles": {"enabled": False},
     }
 
 

@@ -7,24 +7,17 @@ sub-agents, MCP servers, channels) adds its own endpoint beside these without to
 
 from __future__ import annotations
 
-from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
-from sqlalchemy import select
 
 from picobot.config.secrets import masked
-from picobot.domain.messages import text_of
 from picobot.runtime.health import check_health
 from picobot.app import App as Runtime
 from picobot.storage import sessions
-from picobot.storage.models import MessageRow
 from web.auth import COOKIE, current_device, pairing
 from web.ws import CHANNELS, CHAT_ID
 
 bp = Blueprint("api", __name__, url_prefix="/api")
-
-PREVIEW_CHARS = 80
-
 
 def _rt() -> Runtime:
     return current_app.extensions["picobot"]
@@ -90,13 +83,6 @@ def subagent_runs() -> Response:
                              for r in runs]})
 
 
-def _preview(s: Any, session_id: str) -> str:
-    first = s.scalars(select(MessageRow.content).where(MessageRow.session_id == session_id, MessageRow.role == "user")
-                      .order_by(MessageRow.position).limit(1)).first()
-    text = " ".join(text_of(first).split()) if first is not None else ""
-    return text[:PREVIEW_CHARS]
-
-
 @bp.get("/sessions")
 def list_sessions() -> Response:
     chat_id = request.args.get("chat_id", "")
@@ -108,7 +94,9 @@ def list_sessions() -> Response:
     with _rt().db.read() as s:
         current = sessions.current(s, channel, chat_id)
         rows = sessions.list_for_chat(s, channel, chat_id, include_archived=archived, limit=limit)
-        items = [{"session_id": r.id, "dialog_id": r.dialog_id, "title": r.title, "preview": _preview(s, r.id),
+        previews = sessions.previews(s, [r.id for r in rows])
+        items = [{"session_id": r.id, "dialog_id": r.dialog_id, "title": r.title, "title_source": r.title_source,
+                  "preview": previews.get(r.id, ""),
                   "archived": r.archived_at is not None, "current": current is not None and r.id == current.id,
                   "created_at": r.created_at, "updated_at": r.updated_at,
                   "input_tokens": r.input_tokens, "output_tokens": r.output_tokens} for r in rows]

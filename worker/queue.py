@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
 
 from picobot.runtime.task_names import (
@@ -21,6 +23,10 @@ class CeleryTaskQueue:
     def enqueue_compaction(self, session_id: str, force: bool = False) -> None:
         # never on `turns`: a compaction must not hold up anyone's turn
         self.app.send_task(COMPACT_TASK, args=[session_id, force], queue=QUEUE_MAINTENANCE)
+
+    def enqueue_background(self, task: str, args: list[Any]) -> None:
+        # a capability's background work (a dialog's title): never on `turns`
+        self.app.send_task(task, args=args, queue=QUEUE_MAINTENANCE)
 
     def enqueue_subagent(self, run_id: str) -> None:
         self.app.send_task(SUBAGENT_TASK, args=[run_id], queue=QUEUE_SUBAGENTS)

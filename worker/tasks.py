@@ -14,6 +14,7 @@ from picobot.runtime.task_names import (
 )
 from picobot.runtime.turn_runner import drain_session
 from picobot.subagents.background import run_background_run
+from picobot.titles import TITLE_TASK
 
 if TYPE_CHECKING:
     from picobot.app import App as Runtime
@@ -41,6 +42,13 @@ def register(app: Celery, runtime: Callable[[], "Runtime"]) -> None:
     def memory_maintenance() -> dict:
         """Tidy the memories of the user scopes that changed, then AGENT.md's managed block."""
         return run_maintenance(runtime()).to_dict()
+
+    @app.task(name=TITLE_TASK, ignore_result=True)
+    def title(session_id: str) -> str:
+        """Name a dialog after its first answer, once (see picobot.titles.writer)."""
+        from picobot.titles.writer import write_title
+
+        return write_title(runtime(), session_id)
 
     @app.task(name=SUBAGENT_TASK, ignore_result=True)
     def subagent(run_id: str) -> str:

@@ -35,12 +35,13 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
     from picobot.scheduler.plugin import SchedulerPlugin
     from picobot.skills.plugin import SkillsPlugin
     from picobot.subagents.plugin import SubagentsPlugin
+    from picobot.titles.plugin import TitlesPlugin
     from picobot.webhooks.plugin import WebhooksPlugin
 
     plugins: list[tuple[str, Any]] = [
         ("channels", ChannelsPlugin()), ("memory", MemoryPlugin()), ("skills", SkillsPlugin()),
         ("subagents", SubagentsPlugin()), ("scheduler", SchedulerPlugin()), ("mcp", McpPlugin()),
-        ("webhooks", WebhooksPlugin()),
+        ("webhooks", WebhooksPlugin()), ("titles", TitlesPlugin()),
     ]
     from picobot.observability.plugin import observability_plugins
 

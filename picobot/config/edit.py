@@ -68,6 +68,7 @@ EDITABLE: tuple[EditableKey, ...] = (
     EditableKey("memory.enabled", "bool", ("web", "worker", "beat"), "Long-term memory on or off."),
     EditableKey("memory.recall_limit", "int", WORKER, "Knowledge entries recalled into each turn (0 to 50)."),
     EditableKey("subagents.enabled", "bool", WORKER, "The `task` tool (sub-agents) on or off."),
+    EditableKey("titles.enabled", "bool", WORKER, "Automatic dialog titles after the first answer on or off."),
     EditableKey("channels.*.allow_from", "list", INTAKE, "Sender ids who may talk on the channel; [\"*\"]: everyone."),
     EditableKey("channels.*.agent", "name", INTAKE, "Which agent answers on the channel."),
 )

@@ -300,6 +300,19 @@ class MemoryConfig(_Section):
                                           "maintenance_summary_max_chars", mode="before")(_count_not_bool)
 
 
+class TitlesConfig(_Section):
+    """Automatic dialog titles (docs/CONFIGURATION.md `titles`): one short model call after a dialog's first answer."""
+
+    enabled: bool = True
+    provider: str | None = None  # a key of `providers`; None: the dialog's agent's
+    model: str | None = None  # a key of `models`; None: the dialog's agent's
+    max_chars: int = Field(default=60, ge=8, le=256)  # a longer reply is cut (sessions.title holds 256)
+    timeout_secs: float = Field(default=30.0, gt=0, le=600)
+
+    _blank = field_validator("provider", "model", mode="before")(_blank_to_none)
+    _count = field_validator("max_chars", mode="before")(_count_not_bool)
+
+
 class SubagentsConfig(_Section):
     enabled: bool = True
     sources: list[Literal["user", "project"]] = Field(default_factory=lambda: ["user", "project"])
@@ -571,6 +584,7 @@ class Config(_Section):
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    titles: TitlesConfig = Field(default_factory=TitlesConfig)  # picobot/titles
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict, alias="mcpServers")
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     time: TimeConfig = Field(default_factory=TimeConfig)
@@ -622,6 +636,7 @@ class Config(_Section):
             name = job.payload.get("agent")
             if isinstance(name, str):
                 self._check_agent_name(f"scheduler.jobs[{i}].payload.agent", name)
+        self._check_titles()
         for name, hook in self.hooks.items():
             if not HOOK_NAME.match(name) or name in HOOK_RESERVED:
                 raise ConfigError(f"hooks.{name[:64]}", "a hook name is 1-64 letters, digits, '_' or '-', and not 'runs'")
@@ -701,6 +716,13 @@ class Config(_Section):
             return None
         choice = ModelChoice(provider, model)
         return choice if choice in self.model_choices(name) else None
+
+    def _check_titles(self) -> None:
+        if self.titles.provider is not None and self.titles.provider not in self.providers:
+            raise ConfigError("titles.provider", f"unknown provider {self.titles.provider[:64]!r} "
+                              f"(known: {_known(self.providers)})")
+        if self.titles.model is not None and self.titles.model not in self.models:
+            raise ConfigError("titles.model", f"unknown model {self.titles.model[:64]!r} (known: {_known(self.models)})")
 
     def _check_agent_name(self, key_path: str, name: str) -> None:
         # an agent file's name counts even when the file has an error: its turns say what it is

@@ -82,7 +82,7 @@ def _current(ctx: CommandContext, s) -> SessionRow:  # type: ignore[no-untyped-d
 
 
 def _describe(row: SessionRow) -> dict:
-    return {"session_id": row.id, "dialog_id": row.dialog_id, "title": row.title,
+    return {"session_id": row.id, "dialog_id": row.dialog_id, "title": row.title, "title_source": row.title_source,
             "archived": row.archived_at is not None, "updated_at": row.updated_at}
 
 
@@ -103,11 +103,19 @@ def cmd_sessions(ctx: CommandContext, arg: str) -> Reply:
     with ctx.rt.db.write() as s:
         current = _current(ctx, s)
         rows = sessions.list_for_chat(s, ctx.msg.channel, ctx.msg.chat_id, include_archived="--all" in arg)
-        items = [{**_describe(r), "current": r.id == current.id} for r in rows]
-    lines = [f"{'*' if i['current'] else ' '} {i['dialog_id']:<12} {i['title'] or '(untitled)'}"
+        previews = sessions.previews(s, [r.id for r in rows if not r.title])  # what names an untitled one
+        items = [{**_describe(r), "current": r.id == current.id, "preview": previews.get(r.id, "")} for r in rows]
+    lines = [f"{'*' if i['current'] else ' '} {i['dialog_id']:<12} {_name(i)}"
              + (" [archived]" if i["archived"] else "") for i in items]
     return Reply("command", session_id=current.id, data={"sessions": items},
                  text="Dialogs (* = current):\n" + "\n".join(lines))
+
+
+def _name(item: dict) -> str:
+    """A dialog's title; else its first message, quoted; else `(untitled)`."""
+    if item["title"]:
+        return item["title"]
+    return f"“{item['preview']}”" if item["preview"] else "(untitled)"
 
 
 def cmd_switch(ctx: CommandContext, arg: str) -> Reply:

@@ -180,7 +180,8 @@ def picobot_turn_ended(ctx, status) -> None:
 
 @hookspec
 def picobot_model_call(ctx, call) -> None:
-    """A model call ended (`call`: a ModelCallView: provider, model, times, tokens, finish reason or error)."""
+    """A model call ended (`call`: a ModelCallView: provider, model, times, tokens, finish reason or error, and
+    `kind`: `turn`, or `title` for a dialog's background title call, whose `ctx` has no turn_id)."""
 
 
 @hookspec

@@ -106,6 +106,7 @@ class ModelCallView:
     cached_input_tokens: int = 0  # of input_tokens, read from the provider's prompt cache
     finish_reason: str = ""  # stop | tool_calls | length | … ("" when the call failed)
     error: str | None = None  # the error's type name when the call failed
+    kind: str = "turn"  # what the call was for: turn | title (a dialog's automatic title, outside any turn)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ The composition root (picobot/app) builds the one object that satisfies them all
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import redis
@@ -46,7 +46,12 @@ class HookCallbackQueue(Protocol):
     def enqueue_hook_callback(self, run_id: str, countdown: float = 0) -> None: ...  # a webhook run's result POST
 
 
-class TaskQueue(TurnQueue, CompactionQueue, SubagentQueue, JobQueue, DeliveryQueue, HookCallbackQueue, Protocol):
+class BackgroundQueue(Protocol):
+    def enqueue_background(self, task: str, args: list[Any]) -> None: ...  # a capability's own task, by its stable name, on the maintenance queue
+
+
+class TaskQueue(TurnQueue, CompactionQueue, SubagentQueue, JobQueue, DeliveryQueue, HookCallbackQueue, BackgroundQueue,
+                Protocol):
     """The one seam to the task system (Celery in production): every queue port in one."""
 
 

@@ -102,6 +102,9 @@ class SessionRow(Base):
     chat_id: Mapped[str] = mapped_column(String(256))
     dialog_id: Mapped[str] = mapped_column(String(64))
     title: Mapped[str] = mapped_column(String(256), default="")
+    # "" (none yet), "user" (/new <title>, /rename: never overwritten) or "auto" (the titles capability)
+    title_source: Mapped[str] = mapped_column(String(8), default="", server_default="")
+    title_attempted_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # the one automatic try
     agent: Mapped[str] = mapped_column(String(64), default="default")
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)

@@ -10,15 +10,19 @@ from typing import Any
 from sqlalchemy import BigInteger, Connection, bindparam, exists, func, select, update
 from sqlalchemy.orm import Session
 
-from picobot.domain.messages import Usage
-from picobot.storage.models import TURN_RUNNING, ChatScopeRow, SessionRow, TurnRow
+from picobot.domain.messages import Usage, text_of
+from picobot.storage.models import TURN_RUNNING, ChatScopeRow, MessageRow, SessionRow, TurnRow
 from picobot.storage.upsert import InsertIfAbsent, Upsert
 
 DEFAULT_DIALOG = "default"
+TITLE_USER = "user"  # sessions.title_source of a title a person gave (/new <title>, /rename)
+TITLE_AUTO = "auto"  # one the titles capability wrote
 
 _s = SessionRow.__table__
 _scope = ChatScopeRow.__table__
 _t = TurnRow.__table__
+_m = MessageRow.__table__
+PREVIEW_CHARS = 80  # of an untitled dialog's first message, in lists
 
 # --- hot path: Core statements built once (every message and every turn runs these) --------
 
@@ -107,7 +111,8 @@ def _insert_dialog(s: Session, channel: str, chat_id: str, dialog: str, title: s
     now = time.time()
     sid = session_id_of(channel, chat_id, dialog)
     if _INSERT_DIALOG.run(s.connection(), {
-        "id": sid, "channel": channel, "chat_id": chat_id, "dialog_id": dialog, "title": title, "agent": agent,
+        "id": sid, "channel": channel, "chat_id": chat_id, "dialog_id": dialog, "title": title,
+        "title_source": TITLE_USER if title else "", "agent": agent,
         "created_at": now, "updated_at": now, "input_tokens": 0, "output_tokens": 0, "last_input_tokens": 0,
         "next_seq": 0, "next_position": 0, "user_turns": 0,
     }) is None:
@@ -173,6 +178,17 @@ def list_for_chat(s: Session, channel: str, chat_id: str, include_archived: bool
     return list(s.scalars(q))
 
 
+def previews(s: Session, session_ids: list[str], chars: int = PREVIEW_CHARS) -> dict[str, str]:
+    """Each dialog's first user message on one line, cut to `chars`: what names an untitled dialog. One query."""
+    if not session_ids:
+        return {}
+    first = (select(_m.c.session_id, func.min(_m.c.position).label("position"))
+             .where(_m.c.session_id.in_(session_ids), _m.c.role == "user").group_by(_m.c.session_id).subquery())
+    rows = s.execute(select(_m.c.session_id, _m.c.content).join(
+        first, (_m.c.session_id == first.c.session_id) & (_m.c.position == first.c.position)))
+    return {sid: " ".join(text_of(content or "").split())[:chars] for sid, content in rows}
+
+
 def switch(s: Session, channel: str, chat_id: str, dialog_id: str) -> SessionRow | None:
     row = s.get(SessionRow, session_id_of(channel, chat_id, dialog_id))
     if row is None or row.deleted_at is not None:
@@ -183,7 +199,9 @@ def switch(s: Session, channel: str, chat_id: str, dialog_id: str) -> SessionRow
 
 
 def rename(s: Session, row: SessionRow, title: str) -> None:
+    """A person's title: an automatic one never replaces it (see storage/titles.py)."""
     row.title = title
+    row.title_source = TITLE_USER
     row.updated_at = time.time()
 
 

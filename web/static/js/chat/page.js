@@ -69,6 +69,12 @@ class ChatPage {
       this.dialogs.refreshSoon();
     });
     s.on("message", (f) => { if (mine(f)) this.refreshHistory(); });
+    // a title written in the background after the first answer (or any later change of the dialog)
+    s.on("session_updated", (f) => {
+      if (!mine(f)) return;
+      if (typeof f.title === "string") { this.session.title = f.title; this.renderTitle(); }
+      this.dialogs.refreshSoon(0);
+    });
     s.on("error", (f) => { if (f.id === undefined || f.id === null) this.transcript.notice(f.error || "Error", "error"); });
     s.on("status", (st) => { this.composer.setConnected(st === "open"); this.el.dataset.conn = st; });
     this.composer.setConnected(false);
