@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
+import httpx
 import pytest
 import redis as redis_lib
 from hypothesis import given, settings
@@ -242,3 +243,85 @@ def test_price_keys_with_a_lone_surrogate_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         _load(tmp_path, {"prices": {"\ud800:model": {"input": 1, "output": 1}}})
     assert err.value.key_path == "prices"
+
+
+# --- a compaction's summary call, in process (real SQL, Redis and the fake LLM) ------------------
+
+
+class _Queue:
+    def enqueue_turn(self, session_id: str) -> None:
+        pass
+
+    def enqueue_compaction(self, session_id: str, force: bool = False) -> None:
+        pass
+
+
+def _runtime(tmp_path: Path, llm, redis_url: str, monkeypatch: pytest.MonkeyPatch, budgets: dict) -> Any:  # type: ignore[no-untyped-def]
+    import json
+
+    from picobot.app import build_runtime
+    from tests.stack import base_config
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    cfg = base_config(llm.url, 1)
+    cfg["budgets"] = budgets
+    (home / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.setenv("PICOBOT_HOME", str(home))
+    monkeypatch.setenv("PICOBOT_TEST_KEY", "sk-test-budgets")
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    return build_runtime(load_config(), _Queue(), migrate=True)
+
+
+def _dialog(rt: Any, llm, tag: str) -> str:  # type: ignore[no-untyped-def]
+    from picobot.gateway.inbound import InboundMessage
+    from picobot.gateway.intake import Gateway
+    from picobot.runtime.turn_runner import drain_session
+    from tests.conftest import add_rule
+
+    add_rule(llm, f"turn-{tag}", {"content": "noted", "usage": {"input_tokens": 100, "output_tokens": 10}},
+             repeat=True)
+    sid = ""
+    for i in range(5):
+        reply = Gateway(rt).submit(InboundMessage("telegram", f"c-{tag}", f"u-{tag}", f"turn-{tag} {i}"))
+        sid = reply.session_id
+        assert drain_session(rt, sid) == 1
+    return sid
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_compaction_summary_is_metered_and_a_budget_can_refuse_it(tmp_path, llm, redis_url, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                    refused: bool) -> None:
+    from picobot.memory.compactor import compact_session
+    from tests.conftest import add_rule
+
+    tag = uuid.uuid4().hex[:6]
+    seeding = _runtime(tmp_path, llm, redis_url, monkeypatch, {})
+    try:
+        sid = _dialog(seeding, llm, tag)  # 5 turns of 110 tokens each, no limits
+    finally:
+        seeding.close()
+    # then a limit the user's 550 tokens leave no room in (refused), or plenty of room
+    rt = _runtime(tmp_path, llm, redis_url, monkeypatch, {"user": {"daily_tokens": 560 if refused else 100_000}})
+    try:
+        httpx.delete(llm.url + "/_fake/rules")
+        add_rule(llm, "Conversation to summarise", {"content": f"summary {tag}",
+                                                     "usage": {"input_tokens": 300, "output_tokens": 40}})
+        before = _summary_requests(llm)
+        outcome = compact_session(rt, sid, force=True)
+        assert outcome.status == "compacted" and outcome.fallback is refused
+        with rt.db.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT kind, session_id, user, input_tokens, output_tokens "
+                                        "FROM usage_records ORDER BY id").all()
+        assert [r[0] for r in rows] == ["turn"] * 5 + ([] if refused else ["compaction"])
+        if not refused:
+            assert tuple(rows[-1][1:]) == (sid, f"telegram:u-{tag}", 300, 40)
+        assert _summary_requests(llm) == before + (0 if refused else 1)  # a refused call was never made
+    finally:
+        rt.close()
+
+
+def _summary_requests(llm) -> int:  # type: ignore[no-untyped-def]
+    import json
+
+    return sum("Conversation to summarise" in json.dumps(r) for r in llm.requests())

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
+from picobot.agent.metered import CallWatch as _CallWatch
 from picobot.agent.snapshot import TurnController
 from picobot.agent.tool_batch import ToolBatch, ordering
 from picobot.agent.stream import pump
@@ -296,27 +297,6 @@ class AgentLoop:
         except Exception as exc:  # the registry already turns tool failures into results
             log.exception("tool %s crashed", call.name)
             return ToolResult(f"Tool {call.name} failed: {type(exc).__name__}", is_error=True)
-
-
-class _CallWatch:
-    """The times, usage and outcome of one model call, for `picobot_model_call`."""
-
-    __slots__ = ("model", "provider", "started", "t0", "first", "usage", "finish_reason", "error")
-
-    def __init__(self, model: str, provider: str) -> None:
-        self.model, self.provider = model, provider
-        self.started, self.t0 = time.time(), time.perf_counter()
-        self.first: float | None = None
-        self.usage = Usage()
-        self.finish_reason = ""
-        self.error: str | None = None
-
-    def view(self) -> ModelCallView:
-        u = self.usage
-        return ModelCallView(self.provider, self.model, self.started, time.perf_counter() - self.t0,
-                             None if self.first is None else self.first - self.t0, u.input_tokens or 0,
-                             u.output_tokens or 0, u.cached_input_tokens or 0,
-                             "" if self.error else self.finish_reason, self.error)
 
 
 def _outcome(result: ToolResult) -> str:

@@ -112,4 +112,6 @@ def build_runtime(config: Config, queue: TaskQueue, migrate: bool = False, disco
     plugins = build_plugins(config, discover=discover)
     check_config(config, plugins)
     db, redis_client = open_parts(config, migrate)
-    return App(config=config, db=db, redis=redis_client, queue=queue, plugins=plugins)
+    app = App(config=config, db=db, redis=redis_client, queue=queue, plugins=plugins)
+    plugins.plugin("budgets").bind(app)  # its gate and ledger need the ports before any tool registry exists
+    return app

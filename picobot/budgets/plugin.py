@@ -85,7 +85,7 @@ class BudgetsPlugin:
                                  call.cached_input_tokens)
         w = scopes.who(ctx)
         run_id = getattr(ctx, "run_id", "") or None
-        row = usage.Call("subagent" if run_id else "turn", w.session_id or None, w.turn_id or None, run_id, w.job_id,
+        row = usage.Call(getattr(call, "kind", "") or ("subagent" if run_id else "turn"), w.session_id or None, w.turn_id or None, run_id, w.job_id,
                          ctx.channel, w.user, getattr(ctx, "agent", "") or "", call.provider, call.model,
                          call.input_tokens, call.output_tokens, call.cached_input_tokens, cost)
         try:

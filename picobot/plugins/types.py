@@ -108,6 +108,7 @@ class ModelCallView:
     cached_input_tokens: int = 0  # of input_tokens, read from the provider's prompt cache
     finish_reason: str = ""  # stop | tool_calls | length | … ("" when the call failed)
     error: str | None = None  # the error's type name when the call failed
+    kind: str = ""  # "compaction" for a call outside a turn's loop; "" for a turn's or a sub-agent's
 
 
 @dataclass(frozen=True)
