@@ -32,7 +32,8 @@ BUDGETS = {"session": {"tokens": 40000}, "user": {"daily_tokens": 60000}, "job":
 @pytest.fixture(scope="module")
 def bstack(tmp_path_factory: pytest.TempPathFactory, fake_llm) -> Iterator[Stack]:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("budgets")
-    cfg = base_config(fake_llm.url, 0)
+    cfg = base_config(fake_llm.url, 0, max_message_chars=200_000,
+                      openai_api={"enabled": True, "timeout_secs": 60})
     cfg["budgets"] = BUDGETS
     s = Stack(tmp, fake_llm.url, config=cfg)
     cfg["gateway"]["port"] = s.port
@@ -191,4 +192,36 @@ def test_a_job_over_its_budget_is_recorded_and_its_chat_told_once(bstack, llm) -
     assert len(told) == 1 and job_id in told[0][0] and "budgets.job.daily_tokens" in told[0][0], told
     [(job_rows,)] = sql(bstack, "SELECT COUNT(*) FROM usage_records WHERE job_id = ?", job_id)
     assert job_rows == 1
+    assert _jobs(bstack, "rm", job_id).returncode == 0
+
+
+def test_the_openai_compatible_api_answers_a_refused_call_with_429_budget_exceeded(bstack, llm) -> None:  # type: ignore[no-untyped-def]
+    import openai
+
+    tag = uuid.uuid4().hex[:6]
+    r = bstack.cli("apikeys", "create", f"budget-{tag}", "--json")
+    assert r.returncode == 0, r.stderr
+    api = openai.OpenAI(base_url=bstack.http + "/v1", api_key=json.loads(r.stdout)["key"], max_retries=0, timeout=60)
+    big = f"v1-{tag} " + "y" * 100_000  # 25000 tokens of input + the 20000 output estimate > the dialog's 40000
+    with pytest.raises(openai.RateLimitError) as exc:
+        api.chat.completions.create(model="picobot", messages=[{"role": "user", "content": big}])
+    assert exc.value.body["code"] == "budget_exceeded", exc.value.body  # type: ignore[index]
+    assert "budgets.session.tokens" in exc.value.body["message"]  # type: ignore[index]
+    assert sent(llm, f"v1-{tag}") == 0
+
+
+def test_a_sub_agent_of_a_job_run_is_charged_to_the_job(bstack, llm) -> None:  # type: ignore[no-untyped-def]
+    tag = uuid.uuid4().hex[:6]
+    job_id = f"delegating.{tag}"
+    task = {"name": "task", "arguments": {"description": "sum", "prompt": f"jobchild-{tag}: add"}}
+    add_rule(llm, f"jobparent-{tag}", {"tool_calls": [task], "usage": {"input_tokens": 10, "output_tokens": 1}},
+             {"content": "job done", "usage": {"input_tokens": 20, "output_tokens": 2}})
+    add_rule(llm, f"jobchild-{tag}", {"content": "3", "usage": {"input_tokens": 100, "output_tokens": 5}})
+    job = {"id": job_id, "kind": "silent_agent_task", "schedule": {"type": "cron", "expression": "0 3 1 1 *"},
+           "target": {"channel": "cli_chat", "chat_id": f"owner-{tag}"}, "payload": {"prompt": f"jobparent-{tag}"}}
+    assert _jobs(bstack, "add", "-", stdin=json.dumps(job)).returncode == 0
+    assert _run_job(bstack, job_id, 0)["outcome"] == "ok"
+    rows = sql(bstack, "SELECT kind, job_id, input_tokens FROM usage_records WHERE turn_id = "
+                       "(SELECT turn_id FROM job_runs WHERE job_id = ?) ORDER BY id", job_id)
+    assert rows == [("turn", job_id, 10), ("subagent", job_id, 100), ("turn", job_id, 20)], rows
     assert _jobs(bstack, "rm", job_id).returncode == 0

@@ -52,7 +52,8 @@ def child_tools(parent: ToolRegistry, allowed: Callable[[Tool], bool], task_tool
 
 
 def run_child(spec: ChildSpec, provider, tools: ToolRegistry, settings: LoopSettings,  # type: ignore[no-untyped-def]
-              ctx: ToolContext, cancel: CancelToken, controller: TurnController, hooks: Any = None) -> Outcome:
+              ctx: ToolContext, cancel: CancelToken, controller: TurnController, hooks: Any = None,
+              parent_stage: StageContext | None = None) -> Outcome:
     """Run the sub-agent until it answers, fails, hits a limit or `cancel` is set."""
     timer = threading.Timer(spec.timeout_secs, cancel.cancel, args=("timeout",))
     timer.daemon = True
@@ -62,8 +63,9 @@ def run_child(spec: ChildSpec, provider, tools: ToolRegistry, settings: LoopSett
     history = [ChatMessage(role="system", content=spec.system_prompt),
                runtime_note(ctx.timezone, ctx.channel, ctx.workspace)]
     try:
-        # the hooks see the parent's dialog and turn with this run's id: a budget counts it toward the parent
-        stage = StageContext(ctx.session_id, ctx.channel, ctx.chat_id, ctx.sender_id, ctx.turn_id, run_id=spec.run_id)
+        # the hooks see the parent's dialog, turn and inputs with this run's id: a budget charges the parent
+        base = parent_stage or StageContext(ctx.session_id, ctx.channel, ctx.chat_id, ctx.sender_id, ctx.turn_id)
+        stage = replace(base, run_id=spec.run_id)
         result = AgentLoop(provider, tools, settings, hooks=hooks).run(
             history, [ChatMessage(role="user", content=spec.task_text)], child_ctx, controller, _no_steering,
             stage=stage)

@@ -157,7 +157,7 @@ class TaskTool(Tool):
         self.rt.track_turn(run.id, True)
         try:
             outcome = run_child(spec, parent.provider, tools, parent.settings, ctx, cancel, controller,
-                                parent.hooks)
+                                parent.hooks, parent.stage)
         except Exception as exc:  # a bug or infrastructure failure: recorded, and the parent model is told
             log.exception("sub-agent run %s crashed", run.id)
             outcome = Outcome(RUN_FAILED, f"internal error while running it ({type(exc).__name__})", Usage())
