@@ -325,3 +325,56 @@ def _summary_requests(llm) -> int:  # type: ignore[no-untyped-def]
     import json
 
     return sum("Conversation to summarise" in json.dumps(r) for r in llm.requests())
+
+
+# --- the gate hook itself, for any plugin -------------------------------------------------------
+
+
+class _Refuser:
+    def __init__(self, status: str) -> None:
+        self.status = status
+        self.seen: list[Any] = []
+
+    from picobot.plugins import hookimpl
+
+    @hookimpl
+    def picobot_model_call_gate(self, ctx: Any, request: Any) -> Any:
+        from picobot.plugins import Refusal
+
+        self.seen.append(request)
+        return Refusal(self.status, f"refused by a test plugin ({self.status})")
+
+
+@pytest.mark.parametrize("status, stored", [("budget_exceeded", "budget_exceeded"), ("nope", "failed"),
+                                            ("running", "failed")])
+def test_a_gate_refusal_ends_the_turn_with_its_status_and_sends_nothing(tmp_path, llm, redis_url, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                        status: str, stored: str) -> None:
+    from picobot.gateway.inbound import InboundMessage
+    from picobot.gateway.intake import Gateway
+    from picobot.runtime.turn_runner import drain_session
+
+    rt = _runtime(tmp_path, llm, redis_url, monkeypatch, {})
+    refuser = _Refuser(status)
+    rt.plugins.register("refuser", refuser, source="file")
+    tag = uuid.uuid4().hex[:6]
+    try:
+        reply = Gateway(rt).submit(InboundMessage("telegram", f"g-{tag}", "bob", f"gate-{tag}"))
+        assert drain_session(rt, reply.session_id) == 1
+        with rt.db.connect() as conn:
+            [(turn_status, error)] = conn.exec_driver_sql("SELECT status, error FROM turns WHERE session_id = ?",
+                                                          (reply.session_id,)).all()
+            rows = conn.exec_driver_sql("SELECT COUNT(*) FROM usage_records WHERE session_id = ?",
+                                        (reply.session_id,)).scalar()
+        assert (turn_status, error) == (stored, f"refused by a test plugin ({status})")
+        assert rows == 0  # no call, no ledger row
+        assert not any(f"gate-{tag}" in json_text(r) for r in llm.requests())
+        [request] = refuser.seen
+        assert request.model == "fake-model" and request.kind == "turn" and request.tools_chars > 0
+    finally:
+        rt.close()
+
+
+def json_text(value: Any) -> str:
+    import json
+
+    return json.dumps(value)

@@ -140,6 +140,7 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
     watched = rt.supervisor.watch(claimed.turn_id, lease, cancel)
     try:
         result = _execute(rt, claimed, session_id, controller, cancel)
+        result.status = str(_stored_status(result.status))  # a plugin's refusal status unknown here: failed
     except Exception as exc:  # a bug or infrastructure failure: record it, never lose the input
         log.exception("turn %s crashed", claimed.turn_id)
         result = LoopResult(messages=[], usage=Usage(), status="failed",
