@@ -378,3 +378,33 @@ def json_text(value: Any) -> str:
     import json
 
     return json.dumps(value)
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_memory_maintenance_calls_are_charged_to_the_scope_s_user(tmp_path, llm, redis_url, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                  refused: bool) -> None:
+    from picobot.memory import MemorySource
+    from picobot.memory.maintenance import run_maintenance
+    from picobot.memory.maintenance_plan import PROMPT_TITLE
+    from tests.conftest import add_rule
+
+    tag = uuid.uuid4().hex[:6]
+    scope = f"telegram:m{tag}"
+    rt = _runtime(tmp_path, llm, redis_url, monkeypatch, {"user": {"daily_tokens": 10 if refused else 100_000}})
+    try:
+        assert rt.memory is not None
+        for key in ("a", "b"):
+            rt.memory.put(scope, "facts", key, f"fact {key} {tag}", source=MemorySource(
+                session_id="telegram:c:d", channel="telegram", source_type="tool"))
+        plan = {"categories": {"facts": [], "preferences": [], "patterns": [], "other": []}, "merges": [],
+                "low_value": [], "conflicts": [], "managed_markdown": "- facts"}
+        add_rule(llm, PROMPT_TITLE, {"content": json_text(plan), "usage": {"input_tokens": 70, "output_tokens": 7}})
+        before = sum(tag in json_text(r) for r in llm.requests())
+        [result] = [s for s in run_maintenance(rt).scopes if s.scope_key == scope]
+        assert result.status == ("failed" if refused else "maintained"), result
+        with rt.db.connect() as conn:
+            rows = conn.exec_driver_sql("SELECT kind, user, session_id, input_tokens FROM usage_records").all()
+        assert rows == ([] if refused else [("maintenance", scope, None, 70)])
+        assert sum(tag in json_text(r) for r in llm.requests()) == before + (0 if refused else 1)
+    finally:
+        rt.close()
