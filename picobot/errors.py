@@ -16,6 +16,7 @@
     │   └── MemoryRejected           a memory or knowledge write refused (scope, size, bad text)
     ├── InputRejected          bad user input at the edge (oversize, malformed frame, ...)
     ├── StorageError           the database failed
+    ├── ModelCallRefused       a plugin refused a model call before it was sent (a budget); ends the turn
     └── TurnCancelled          /stop cancelled the running turn
 
 Errors become user-facing text only at the edges (HTTP/WebSocket handlers, tasks, CLI).
@@ -97,6 +98,14 @@ class InputRejected(PicoBotError):
 
 class StorageError(PicoBotError):
     pass
+
+
+class ModelCallRefused(PicoBotError):
+    """A `picobot_model_call_gate` hook refused the call: the turn ends with `status` and this message."""
+
+    def __init__(self, status: str, message: str):
+        self.status = status
+        super().__init__(message)
 
 
 class TurnCancelled(PicoBotError):

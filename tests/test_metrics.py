@@ -193,7 +193,9 @@ def test_metrics_enabled_switches_the_route(tmp_path, redis_url: str, enabled: b
     try:
         resp = app.test_client().get("/metrics")  # the test client's address is 127.0.0.1
         assert resp.status_code == (200 if enabled else 404)
-        assert rt.plugins.has("picobot_model_call") is enabled
+        # no metrics plugin, so none of its hooks (the budgets plugin still hears model calls: the usage ledger)
+        assert any(st["name"] == "metrics" for st in rt.plugins.statuses()) is enabled
+        assert rt.plugins.has("picobot_turn_started") is enabled
         if enabled:
             names = {f.name for f in text_string_to_metric_families(resp.get_data(as_text=True))}
             assert {"picobot_queue_depth", "picobot_process_resident_memory_bytes"} <= names

@@ -13,12 +13,14 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
+from picobot.agent.metered import CallWatch as _CallWatch
 from picobot.agent.snapshot import TurnController
 from picobot.agent.tool_batch import ToolBatch, ordering
 from picobot.agent.stream import pump
 from picobot.domain.messages import ChatMessage, ToolCall, Usage, text_of
-from picobot.errors import ContextLengthExceeded, ProviderError, TurnCancelled
-from picobot.plugins.types import Deny, ModelCallView, ModelResponse, StageContext, ToolCallRecord, ToolCallView
+from picobot.errors import ContextLengthExceeded, ModelCallRefused, ProviderError, TurnCancelled
+from picobot.plugins.types import (Deny, ModelCallView, ModelRequestView, ModelResponse, Refusal, StageContext,
+                                   ToolCallRecord, ToolCallView)
 from picobot.security.redact import replace_secrets
 from picobot.providers.base import (ChatRequest, Completed, Provider, ReasoningDelta, StreamRestarted, TextDelta,
                                     ToolCallDelta)
@@ -64,6 +66,7 @@ class LoopResult:
     error: str | None = None
     partial_text: str = ""  # a stopped turn: what the interrupted model call had streamed
     answered_by: str = ""  # "<provider>:<model>" of the last answer, when a fallback chain is in use
+    # completed | cancelled | failed, or a plugin's refusal status (a budget: budget_exceeded)
 
     @property
     def final_text(self) -> str:
@@ -82,12 +85,16 @@ class AgentLoop:
         self.hooks = hooks  # the plugins' stage hooks (pre/post_action, before/after_toolcall)
         self._on_overflow: OverflowHandler | None = None
         self._stage: StageContext | None = None
+        self._tools_chars: int | None = None
 
     def run(self, history: list[ChatMessage], new: list[ChatMessage], ctx: ToolContext,
-            controller: TurnController, steer: SteerSource, on_overflow: OverflowHandler | None = None) -> LoopResult:
+            controller: TurnController, steer: SteerSource, on_overflow: OverflowHandler | None = None,
+            stage: StageContext | None = None) -> LoopResult:
+        """`stage`: who the hooks see this run as (the turn's inputs, a sub-agent's run id); built from `ctx` if None."""
         self._on_overflow = on_overflow  # used once per turn: a second overflow goes to the trim
-        self._stage = StageContext(ctx.session_id, ctx.channel, ctx.chat_id, ctx.sender_id, ctx.turn_id)
-        ctx.agent = RunningAgent(self.provider, self.tools, self.settings, controller, self.hooks)  # for sub-agents
+        self._stage = stage or StageContext(ctx.session_id, ctx.channel, ctx.chat_id, ctx.sender_id, ctx.turn_id)
+        ctx.agent = RunningAgent(self.provider, self.tools, self.settings, controller, self.hooks,  # for sub-agents
+                                 self._stage)
         result = LoopResult(messages=new, usage=Usage())
         try:
             self._loop(history, result, ctx, controller, steer)
@@ -97,6 +104,10 @@ class AgentLoop:
         except TurnCancelled:
             result.status = "cancelled"
             result.partial_text = controller.partial_text()
+        except ModelCallRefused as exc:  # a plugin (a budget) refused the next call: it was never sent
+            result.status = exc.status
+            result.error = str(exc)
+            log.info("turn %s: model call refused (%s)", controller.turn_id, exc.status)
         except ProviderError as exc:
             result.status = "failed"
             result.error = _provider_error_text(exc)
@@ -173,6 +184,8 @@ class AgentLoop:
         request = ChatRequest(model=s.model, messages=messages, tools=self.tools.specs(),
                               temperature=s.temperature, max_tokens=s.max_tokens, options=dict(s.options))
         controller.model_call_started()
+        if self.hooks is not None and self.hooks.has("picobot_model_call_gate"):
+            self._gate(request)
         if self.hooks is None or not self.hooks.has("picobot_model_call"):
             return self._consume(request, result, ctx, controller, None)
         watch = _CallWatch(s.model, self.provider.key)
@@ -183,6 +196,18 @@ class AgentLoop:
             raise
         finally:
             self.hooks.call("picobot_model_call", ctx=self._stage, call=watch.view())
+
+    def _gate(self, request: ChatRequest) -> None:
+        """Ask the plugins whether this call may be sent; a Refusal ends the run (ModelCallRefused)."""
+        assert self.hooks is not None and self._stage is not None
+        if self._tools_chars is None:  # the same tools every call of this loop
+            self._tools_chars = sum(len(t.name) + len(t.description) + len(json.dumps(t.parameters))
+                                    for t in request.tools)
+        view = ModelRequestView(self.provider.key, request.model, tuple(request.messages), request.max_tokens,
+                                self._tools_chars, "subagent" if self._stage.run_id else "turn")
+        refusal = self.hooks.first("picobot_model_call_gate", ctx=self._stage, request=view)
+        if isinstance(refusal, Refusal):
+            raise ModelCallRefused(str(refusal.status)[:32], str(refusal.message)[:2000])
 
     def _consume(self, request: ChatRequest, result: LoopResult, ctx: ToolContext, controller: TurnController,
                  watch: "_CallWatch | None") -> ChatMessage:
@@ -273,27 +298,6 @@ class AgentLoop:
         except Exception as exc:  # the registry already turns tool failures into results
             log.exception("tool %s crashed", call.name)
             return ToolResult(f"Tool {call.name} failed: {type(exc).__name__}", is_error=True)
-
-
-class _CallWatch:
-    """The times, usage and outcome of one model call, for `picobot_model_call`."""
-
-    __slots__ = ("model", "provider", "started", "t0", "first", "usage", "finish_reason", "error")
-
-    def __init__(self, model: str, provider: str) -> None:
-        self.model, self.provider = model, provider
-        self.started, self.t0 = time.time(), time.perf_counter()
-        self.first: float | None = None
-        self.usage = Usage()
-        self.finish_reason = ""
-        self.error: str | None = None
-
-    def view(self) -> ModelCallView:
-        u = self.usage
-        return ModelCallView(self.provider, self.model, self.started, time.perf_counter() - self.t0,
-                             None if self.first is None else self.first - self.t0, u.input_tokens or 0,
-                             u.output_tokens or 0, u.cached_input_tokens or 0,
-                             "" if self.error else self.finish_reason, self.error)
 
 
 def _outcome(result: ToolResult) -> str:

@@ -29,6 +29,7 @@ __all__ = ["App", "build_plugins", "build_runtime", "channel_types", "check_conf
 
 def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
     """The capabilities PicoBot ships, as (name, plugin); the shipped optional plugins when enabled."""
+    from picobot.budgets.plugin import BudgetsPlugin
     from picobot.channels.plugin import ChannelsPlugin
     from picobot.mcp.plugin import McpPlugin
     from picobot.memory.plugin import MemoryPlugin
@@ -41,7 +42,7 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
     plugins: list[tuple[str, Any]] = [
         ("channels", ChannelsPlugin()), ("memory", MemoryPlugin()), ("skills", SkillsPlugin()),
         ("subagents", SubagentsPlugin()), ("scheduler", SchedulerPlugin()), ("mcp", McpPlugin()),
-        ("webhooks", WebhooksPlugin()), ("titles", TitlesPlugin()),
+        ("webhooks", WebhooksPlugin()), ("titles", TitlesPlugin()), ("budgets", BudgetsPlugin()),
     ]
     from picobot.observability.plugin import observability_plugins
 
@@ -112,4 +113,6 @@ def build_runtime(config: Config, queue: TaskQueue, migrate: bool = False, disco
     plugins = build_plugins(config, discover=discover)
     check_config(config, plugins)
     db, redis_client = open_parts(config, migrate)
-    return App(config=config, db=db, redis=redis_client, queue=queue, plugins=plugins)
+    app = App(config=config, db=db, redis=redis_client, queue=queue, plugins=plugins)
+    plugins.plugin("budgets").bind(app)  # its gate and ledger need the ports before any tool registry exists
+    return app

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import (AfterValidator, AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
                       model_validator)
 
+from picobot.config.budgets import BudgetsConfig, Price, check_price_keys
 from picobot.config.home import RUNTIME_KEYS, default_database_url, picobot_home  # noqa: F401 (re-exported)
 from picobot.config.model_refs import ModelChoice, check_profile_name, resolve_ref, shown, unique
 from picobot.config.observability import LoggingConfig, MetricsConfig, TracingConfig
@@ -593,6 +594,10 @@ class Config(_Section):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     hooks: dict[str, HookConfig] = Field(default_factory=dict)  # inbound webhooks by name
+    budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)  # picobot/budgets
+    prices: dict[str, Price] = Field(default_factory=dict)  # "<provider>:<model>" -> USD per million tokens
+
+    _price_keys = field_validator("prices")(check_price_keys)
 
     # Not part of the file: computed by the loader (see RUNTIME_KEYS).
     home: Path = Field(default_factory=picobot_home, exclude=True)

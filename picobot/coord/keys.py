@@ -50,6 +50,7 @@ SCHEDULER_RUN_PREFIX = "picobot:scheduler:run:"  # + run id -> the worker runnin
 # --- edge limits -------------------------------------------------------------------------
 
 RATE_LIMIT_PREFIX = "picobot:rl:"  # gateway rate limits
+BUDGET_PREFIX = "picobot:budget:"  # + scope: spend counters of budgets (re-seeded from usage_records)
 PAIRING_FAILURES_PREFIX = "picobot:pairfail:"  # + client address: failed pairing attempts in the window
 
 # --- channels: delivery, event inbox, live relay -------------------------------------------

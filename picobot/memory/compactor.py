@@ -15,16 +15,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from picobot.agent.metered import CallWatch, metered
 from picobot.agent.stream import pump
 from picobot.coord import Lease, keys
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import ChatMessage, text_of
 from picobot.domain.text import repair_text
-from picobot.errors import ConfigError, ProviderError, TurnCancelled
+from picobot.errors import ConfigError, ModelCallRefused, ProviderError, TurnCancelled
 from picobot.memory.model import MemorySource, scope_key_for
 from picobot.memory import compaction as rules
+from picobot.plugins.types import StageContext
 from picobot.providers.base import ChatRequest, Completed
 from picobot.storage import compaction as sql
 from picobot.storage import messages
@@ -112,7 +114,8 @@ def compact_session(rt: "MemoryPorts", session_id: str, *, force: bool = False, 
     plan = rules.plan(history, keep)
     if plan is None:
         return Outcome("not_needed")
-    summary, fallback = _summarise(rt, state.agent, plan.summarised, window, cancel or CancelToken())
+    stage = StageContext(session_id, state.channel, state.chat_id, sender, "", state.agent)
+    summary, fallback = _summarise(rt, stage, plan.summarised, window, cancel or CancelToken())
     head = plan.kept_system + [rules.summary_message(summary)]
     with rt.db.begin() as conn:
         first = sql.commit(conn, session_id, state.compacted_before, positioned[plan.boundary][0], head)
@@ -123,31 +126,41 @@ def compact_session(rt: "MemoryPorts", session_id: str, *, force: bool = False, 
     return Outcome("compacted", len(plan.summarised), len(history) - plan.boundary, fallback, first)
 
 
-def _summarise(rt: "MemoryPorts", agent: str, older: list[ChatMessage], window: int,
+def _summarise(rt: "MemoryPorts", stage: StageContext, older: list[ChatMessage], window: int,
                cancel: CancelToken) -> tuple[str, bool]:
-    """(summary, fell back). The agent's provider and model; any failure falls back to truncation."""
+    """(summary, fell back). The agent's provider and model; any failure, or a budget refusing the call,
+    falls back to truncation. The call is metered like a turn's (the budgets' gate and ledger)."""
     text = rules.transcript(older, window)
     try:
-        resolved = rt.config.agent(agent)
+        resolved = rt.config.agent(stage.agent)
         provider = rt.provider(resolved.provider_key)
         request = ChatRequest(model=resolved.model.model_id, messages=rules.summary_prompt(text),
                               temperature=resolved.model.temperature,
                               max_tokens=resolved.model.max_tokens or rules.summary_max_tokens(window),
                               options=dict(resolved.model.options))
-        for event in pump(provider.stream(request), cancel, resolved.provider.llm_timeout_secs + 5):
-            if isinstance(event, Completed):
-                summary = repair_text(text_of(event.message.content)).strip()
-                if summary:
-                    return summary, False
-                break
+        with metered(rt.plugins, stage, resolved.provider_key, request, "compaction") as watch:
+            summary = _summary_of(pump(provider.stream(request), cancel, resolved.provider.llm_timeout_secs + 5),
+                                  watch)
+        if summary:
+            return summary, False
         log.warning("the summary call returned no text; keeping a truncated transcript")
     except TurnCancelled:
         raise
     except (ProviderError, ConfigError) as exc:
         log.warning("the summary call failed (%s); keeping a truncated transcript", exc)
+    except ModelCallRefused as exc:
+        log.warning("the summary call was refused (%s); keeping a truncated transcript", exc)
     except Exception:  # a bug in a provider must not lose the compaction: the fallback still works
         log.exception("the summary call crashed; keeping a truncated transcript")
     return rules.fallback_summary(text), True
+
+
+def _summary_of(events: Any, watch: CallWatch) -> str:
+    for event in events:
+        if isinstance(event, Completed):
+            watch.usage, watch.finish_reason = event.usage, event.stop_reason
+            return repair_text(text_of(event.message.content)).strip()
+    return ""
 
 
 def _remember(rt: "MemoryPorts", session_id: str, state: sql.State, sender: str, summary: str,

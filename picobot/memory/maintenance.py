@@ -24,14 +24,17 @@ from typing import TYPE_CHECKING, Any
 
 from picobot.agent.context import write_memory_summary
 from picobot.agent.managed_block import scope_section
+from picobot.agent.metered import metered
 from picobot.agent.stream import pump
 from picobot.config.schema import ResolvedAgent
 from picobot.coord import Lease, keys
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import text_of
-from picobot.errors import ConfigError, MemoryRejected, ProviderError, ProviderUnavailable, TurnCancelled
+from picobot.errors import (ConfigError, MemoryRejected, ModelCallRefused, ProviderError, ProviderUnavailable,
+                            TurnCancelled)
 from picobot.memory import maintenance_plan as plans
 from picobot.memory.model import MAX_KEY, MAX_NAMESPACE, Memory, clean_text
+from picobot.plugins.types import StageContext
 from picobot.providers.base import ChatRequest, Completed
 from picobot.storage import memory_maintenance as sql
 from picobot.threadpool import watchdog
@@ -116,11 +119,17 @@ def maintain_scope(rt: "MemoryPorts", resolved: ResolvedAgent, scope_key: str) -
     entries = _entries(rt.memory, scope_key, cfg.maintenance_max_entries_per_scope)
     messages, shown = plans.prompt(scope_key, entries)
     try:
-        plan = plans.parse(_ask(rt, resolved, messages), shown, cfg.maintenance_summary_max_chars)
+        plan = plans.parse(_ask(rt, resolved, messages, _stage(scope_key)), shown, cfg.maintenance_summary_max_chars)
         merges = [_merge_write(m, rt.memory.max_content_chars) for m in plan.merges]
         return _apply(rt, scope_key, shown, plan, merges)
-    except (ProviderError, plans.InvalidPlan, MemoryRejected, sql.StalePlan) as exc:
+    except (ProviderError, plans.InvalidPlan, MemoryRejected, sql.StalePlan, ModelCallRefused) as exc:
         return _failed(rt, scope_key, _why(exc))
+
+
+def _stage(scope_key: str) -> StageContext:
+    """Whom a scope's maintenance call is charged to (budgets): the user of the scope, no dialog."""
+    channel, _, sender = scope_key.partition(":")
+    return StageContext("", channel, "", sender, "")
 
 
 def _entries(store: "MemoryStore", scope_key: str, cap: int) -> list[Memory]:
@@ -134,7 +143,7 @@ def _entries(store: "MemoryStore", scope_key: str, cap: int) -> list[Memory]:
     return out[:cap]
 
 
-def _ask(rt: "MemoryPorts", resolved: ResolvedAgent, messages: list[Any]) -> str:
+def _ask(rt: "MemoryPorts", resolved: ResolvedAgent, messages: list[Any], stage: StageContext) -> str:
     """The model's answer text; ProviderError when it fails or takes longer than the maintenance timeout."""
     timeout = resolved.provider.memory_maintenance_timeout_secs
     request = ChatRequest(model=resolved.model.model_id, messages=messages, temperature=resolved.model.temperature,
@@ -142,9 +151,11 @@ def _ask(rt: "MemoryPorts", resolved: ResolvedAgent, messages: list[Any]) -> str
     cancel = CancelToken()
     disarm = watchdog().arm(timeout, lambda: cancel.cancel("timeout"))
     try:
-        for event in pump(rt.provider(resolved.provider_key).stream(request), cancel, timeout):
-            if isinstance(event, Completed):
-                return text_of(event.message.content)
+        with metered(rt.plugins, stage, resolved.provider_key, request, "maintenance") as watch:
+            for event in pump(rt.provider(resolved.provider_key).stream(request), cancel, timeout):
+                if isinstance(event, Completed):
+                    watch.usage, watch.finish_reason = event.usage, event.stop_reason
+                    return text_of(event.message.content)
     except TurnCancelled:
         raise ProviderUnavailable(f"the model did not answer within {timeout:g} s (providers.{resolved.provider_key}."
                        "memory_maintenance_timeout_secs)") from None

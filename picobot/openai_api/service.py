@@ -20,7 +20,7 @@ from sqlalchemy import bindparam, select
 from picobot.gateway.inbound import InboundMessage
 from picobot.gateway.intake import Gateway
 from picobot.openai_api import CHANNEL, answer as answers
-from picobot.openai_api.errors import NOT_FOUND, PERMISSION, SERVER, TIMEOUT, ApiError, rejected
+from picobot.openai_api.errors import NOT_FOUND, PERMISSION, RATE_LIMIT, SERVER, TIMEOUT, ApiError, rejected
 from picobot.openai_api.models import agent_of
 from picobot.openai_api.request import ChatRequest
 from picobot.openai_api.watch import TurnWatch
@@ -194,6 +194,8 @@ def failure(found: answers.Answer) -> ApiError | None:
     """The error for an answer that is not one (a failed or cancelled turn), else None."""
     if found.status == "failed":
         return ApiError(502, found.error or "The turn failed.", SERVER, code="turn_failed")
+    if found.status == "budget_exceeded":  # a budget refused the model call: nothing was sent or spent
+        return ApiError(429, found.error or "A budget refused the model call.", RATE_LIMIT, code="budget_exceeded")
     if found.status == "cancelled" and not found.text:
         return ApiError(409, found.error or "The turn was stopped before it answered.", code="cancelled")
     return None

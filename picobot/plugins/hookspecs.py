@@ -178,6 +178,13 @@ def picobot_turn_ended(ctx, status) -> None:
     """The turn is over: completed, cancelled, failed or interrupted (not stored; its input runs again)."""
 
 
+@hookspec(firstresult=True)
+def picobot_model_call_gate(ctx, request) -> Any:
+    """Before each model call (`request`: a ModelRequestView). Return a `Refusal` to not send it: the
+    turn (or sub-agent run) ends with the refusal's status and message. A built-in (budgets) runs
+    inline; `picobot_model_call` follows every call this let through, in the same thread."""
+
+
 @hookspec
 def picobot_model_call(ctx, call) -> None:
     """A model call ended (`call`: a ModelCallView: provider, model, times, tokens, finish reason or error, and

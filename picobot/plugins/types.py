@@ -20,6 +20,8 @@ class StageContext:
     sender_id: str
     turn_id: str
     agent: str = "default"
+    input_ids: tuple[str, ...] = ()  # platform message ids of the turn's inputs ("job:…" for scheduled ones)
+    run_id: str = ""  # a sub-agent run's id ("" for the dialog's own agent)
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,27 @@ class ModelCallView:
     cached_input_tokens: int = 0  # of input_tokens, read from the provider's prompt cache
     finish_reason: str = ""  # stop | tool_calls | length | … ("" when the call failed)
     error: str | None = None  # the error's type name when the call failed
-    kind: str = "turn"  # what the call was for: turn | title (a dialog's automatic title, outside any turn)
+    kind: str = "turn"  # turn | subagent | compaction | maintenance | title (a dialog's automatic title, outside any turn)
+
+
+@dataclass(frozen=True)
+class ModelRequestView:
+    """A model call about to be sent (`picobot_model_call_gate`)."""
+
+    provider: str  # the config key of the provider (the first of a fallback chain)
+    model: str
+    messages: tuple[Any, ...]  # the ChatMessages to send
+    max_tokens: int | None = None
+    tools_chars: int = 0  # characters of the tool schemas sent with it
+    kind: str = "turn"  # turn | subagent | compaction
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Returned by `picobot_model_call_gate`: the call is not sent; the turn ends with `status`."""
+
+    status: str  # a turn status (picobot/storage/models.py TurnStatus), e.g. "budget_exceeded"
+    message: str  # shown to the user: which limit, its use, when it resets
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from picobot.runtime.provider_chain import agent_provider
 from picobot.runtime.services import Runtime
 from picobot.runtime.session_messages import SessionMessenger, run_after
 from picobot.storage import inbound, messages, sessions, turns
-from picobot.storage.models import INBOUND_DONE, TURN_CANCELLED, TURN_COMPLETED, TURN_FAILED
+from picobot.storage.models import INBOUND_DONE, TURN_CANCELLED, TURN_COMPLETED, TURN_FAILED, TurnStatus
 from picobot.tools.base import ToolContext
 
 log = logging.getLogger("picobot.turns")
@@ -144,6 +144,7 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
     watched = rt.supervisor.watch(claimed.turn_id, lease, cancel)
     try:
         result = _execute(rt, claimed, session_id, controller, cancel)
+        result.status = str(_stored_status(result.status))  # a plugin's refusal status unknown here: failed
     except Exception as exc:  # a bug or infrastructure failure: record it, never lose the input
         log.exception("turn %s crashed", claimed.turn_id)
         result = LoopResult(messages=[], usage=Usage(), status="failed",
@@ -170,7 +171,8 @@ def _run_claimed(rt: Runtime, session_id: str, lease: Lease, claimed: "_Claimed"
 
 def _stage(session_id: str, claimed: "_Claimed") -> StageContext:
     return StageContext(session_id=session_id, channel=claimed.channel, chat_id=claimed.chat_id,
-                        sender_id=claimed.rows[0].sender_id, turn_id=claimed.turn_id, agent=claimed.agent)
+                        sender_id=claimed.rows[0].sender_id, turn_id=claimed.turn_id, agent=claimed.agent,
+                        input_ids=tuple(r.platform_message_id for r in claimed.rows if r.platform_message_id))
 
 
 def _view(session_id: str, claimed: "_Claimed", result: LoopResult, committed: bool = True) -> TurnView:
@@ -285,7 +287,7 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
         return None if compacted is None else [note] + compacted + recalled
 
     result = AgentLoop(provider, tools, settings, hooks=rt.plugins).run(history, new, ctx, controller, steer,
-                                                                         on_overflow)
+                                                                         on_overflow, stage)
     if result.status == "completed":
         _replace_answer(result, rt.plugins.before_output(stage, result.final_text))
     return result
@@ -366,11 +368,20 @@ def _drain_steer(rt: Runtime, session_id: str, turn_id: str, controller: TurnCon
         return out
 
 
+def _stored_status(status: str) -> TurnStatus:
+    """The turn's final status: a refusal's own (budget_exceeded) when it is one, else failed."""
+    try:
+        stored = TurnStatus(status)
+    except ValueError:
+        return TURN_FAILED
+    return TURN_FAILED if stored in (TurnStatus.RUNNING, TurnStatus.INTERRUPTED) else stored
+
+
 def _commit(rt: Runtime, claimed: _Claimed, session_id: str, result: LoopResult) -> bool:
     """Store the turn's messages atomically, in true order. False if the turn was fenced out."""
-    status = {"completed": TURN_COMPLETED, "cancelled": TURN_CANCELLED}.get(result.status, TURN_FAILED)
+    status = _stored_status(result.status)
     to_store = list(result.messages)
-    if result.status == "failed":
+    if status not in (TURN_COMPLETED, TURN_CANCELLED):  # failed, or a plugin's refusal (a budget)
         to_store.append(ChatMessage(role="assistant", content=f"⚠ {result.error}", marker=MARKER_TURN_ERROR))
     elif result.status == "cancelled":
         partial = result.partial_text.rstrip()

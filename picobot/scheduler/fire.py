@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, select, update
 
 from picobot.coord import keys
+from picobot.storage.models import JobRunOutcome
 
 if TYPE_CHECKING:
     from picobot.runtime.ports import Ports
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("picobot.scheduler")
 
 INPUT_PREFIX = "job:"
+BUDGET_EXCEEDED = JobRunOutcome.BUDGET_EXCEEDED  # the turn's status and the run's outcome
 RUN_KEY = keys.SCHEDULER_RUN_PREFIX  # + run id -> the worker running a non-agent run (liveness)
 
 
@@ -118,14 +120,24 @@ def on_turn_finished(rt: "Ports", pmids: list[str], turn_id: str, status: str, e
         if parsed is None:
             continue
         job_id, due_at = parsed
-        outcome = "ok" if status == "completed" else "failed"
+        outcome = {"completed": "ok", BUDGET_EXCEEDED: BUDGET_EXCEEDED}.get(status, "failed")
         why = None if outcome == "ok" else (error or f"the turn ended {status}")
+        first_today = False
         with rt.db.begin() as conn:
             run = store.run_for(conn, job_id, due_at)
             changed = run is not None and end_run(conn, run["id"], outcome, why, turn_id=turn_id or None)
             job = job_view(store.get(conn, job_id))
-        if changed and outcome == "failed" and job is not None and job.kind == "silent_agent_task":
+            if changed and outcome == BUDGET_EXCEEDED:  # told once a UTC day, not at every fire
+                first_today = not store.other_runs_with(conn, job_id, outcome, _utc_midnight(), run["id"])
+        if first_today and job is not None:
+            kinds.notify_budget(rt, job, why or "", due_at)
+        elif changed and outcome == "failed" and job is not None and job.kind == "silent_agent_task":
             kinds.notify_failure(rt, job, why or "", due_at)
+
+
+def _utc_midnight() -> float:
+    now = time.time()
+    return now - now % 86400
 
 
 def end_run(conn: Connection, run_id: int, outcome: str, error: str | None, turn_id: str | None = None) -> bool:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from picobot.domain.messages import ChatMessage
@@ -109,6 +110,21 @@ def deliver(rt: "Runtime", target: dict[str, Any], text: str, marker: str = MARK
     from picobot.runtime.session_messages import send_to_chat
 
     send_to_chat(rt, channel, chat_id, text, kind=kind, key=key)
+
+
+def notify_budget(rt: "Runtime", job: Any, error: str, due_at: float) -> None:
+    """The one notice a UTC day that a job's runs are refused by a budget, to its target chat."""
+    target = job.target or {}
+    if not target.get("channel") or not target.get("chat_id") or target.get("channel") == SILENT_CHANNEL:
+        log.warning("job %s is over its budget and has no chat to tell: %s", job.id, error)
+        return
+    text = (f"⚠ Scheduled job {job.id} was not run: {error} "
+            "Its runs are recorded as budget_exceeded; this notice is sent once a day.")[:4000]
+    try:
+        day = time.strftime("%Y-%m-%d", time.gmtime(due_at))
+        deliver(rt, target, text, marker="scheduled_failure", key=f"jb:{job.id}:{day}", kind="notice")
+    except Exception:
+        log.exception("job %s: the budget notice could not be delivered", job.id)
 
 
 def notify_failure(rt: "Runtime", job: Any, error: str, due_at: float | None = None) -> None:

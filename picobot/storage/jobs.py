@@ -183,5 +183,13 @@ def run_by_session_input(conn: Connection, session_id: str, job_id: str, due_at:
     return _job(conn.execute(q).first())
 
 
+def other_runs_with(conn: Connection, job_id: str, outcome: str, ended_since: float, run_id: int) -> int:
+    """How many runs of the job besides `run_id` ended with `outcome` since `ended_since` (epoch seconds)."""
+    q = (select(func.count()).select_from(RUNS)
+         .where(RUNS.c.job_id == job_id, RUNS.c.outcome == outcome, RUNS.c.ended_at >= ended_since,
+                RUNS.c.id != run_id))
+    return int(conn.execute(q).scalar() or 0)
+
+
 def count(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).select_from(JOBS)).scalar() or 0)

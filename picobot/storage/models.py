@@ -27,6 +27,7 @@ class TurnStatus(StrEnum):
     CANCELLED = "cancelled"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    BUDGET_EXCEEDED = "budget_exceeded"  # a budget refused the next model call (picobot/budgets)
 
 
 class OutboxStatus(StrEnum):
@@ -70,6 +71,7 @@ class JobRunOutcome(StrEnum):
     FAILED = "failed"
     MISSED = "missed"
     SKIPPED = "skipped"
+    BUDGET_EXCEEDED = "budget_exceeded"  # its turn was refused by a budget
 
 
 INBOUND_PENDING = InboundStatus.PENDING
@@ -466,7 +468,7 @@ class JobRunRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    outcome: Mapped[str] = mapped_column(String(16), default=JOB_RUN_RUNNING)  # running | ok | failed | missed | skipped
+    outcome: Mapped[str] = mapped_column(String(16), default=JOB_RUN_RUNNING)  # running | ok | failed | missed | skipped | budget_exceeded
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     session_id: Mapped[str | None] = mapped_column(String(512), nullable=True)
     turn_id: Mapped[str | None] = mapped_column(String(64), nullable=True)

@@ -16,6 +16,7 @@ from picobot.agent.loop import AgentLoop, LoopSettings
 from picobot.agent.snapshot import TurnController
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import ChatMessage, Usage
+from picobot.plugins.types import StageContext
 from picobot.storage.models import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED
 from picobot.tools.base import Tool, ToolContext
 from picobot.tools.registry import ToolRegistry
@@ -51,7 +52,8 @@ def child_tools(parent: ToolRegistry, allowed: Callable[[Tool], bool], task_tool
 
 
 def run_child(spec: ChildSpec, provider, tools: ToolRegistry, settings: LoopSettings,  # type: ignore[no-untyped-def]
-              ctx: ToolContext, cancel: CancelToken, controller: TurnController, hooks: Any = None) -> Outcome:
+              ctx: ToolContext, cancel: CancelToken, controller: TurnController, hooks: Any = None,
+              parent_stage: StageContext | None = None) -> Outcome:
     """Run the sub-agent until it answers, fails, hits a limit or `cancel` is set."""
     timer = threading.Timer(spec.timeout_secs, cancel.cancel, args=("timeout",))
     timer.daemon = True
@@ -61,8 +63,12 @@ def run_child(spec: ChildSpec, provider, tools: ToolRegistry, settings: LoopSett
     history = [ChatMessage(role="system", content=spec.system_prompt),
                runtime_note(ctx.timezone, ctx.channel, ctx.workspace)]
     try:
+        # the hooks see the parent's dialog, turn and inputs with this run's id: a budget charges the parent
+        base = parent_stage or StageContext(ctx.session_id, ctx.channel, ctx.chat_id, ctx.sender_id, ctx.turn_id)
+        stage = replace(base, run_id=spec.run_id)
         result = AgentLoop(provider, tools, settings, hooks=hooks).run(
-            history, [ChatMessage(role="user", content=spec.task_text)], child_ctx, controller, _no_steering)
+            history, [ChatMessage(role="user", content=spec.task_text)], child_ctx, controller, _no_steering,
+            stage=stage)
     finally:
         timer.cancel()
     usage = result.usage
@@ -70,7 +76,7 @@ def run_child(spec: ChildSpec, provider, tools: ToolRegistry, settings: LoopSett
         if cancel.reason == "timeout":
             return Outcome(RUN_FAILED, f"it ran out of time after {spec.timeout_secs:g} s (the run's time limit)", usage)
         return Outcome(RUN_CANCELLED, "it was stopped before it finished", usage)
-    if result.status == "failed":
+    if result.status != "completed":  # failed, or a plugin refused its next model call (a budget)
         return Outcome(RUN_FAILED, result.error or "it failed", usage)
     rounds = sum(1 for m in result.messages if m.role == "assistant" and m.tool_calls)
     if rounds > spec.max_iterations:

@@ -233,7 +233,8 @@ class TaskTool(Tool):
                 provider, settings = parent.provider, parent.settings
             else:  # a named agent: its own model
                 provider, settings = agent_provider(self.rt, target), loop_settings(self.rt.config, target)
-            outcome = run_child(spec, provider, tools, settings, ctx, cancel, controller, parent.hooks)
+            outcome = run_child(spec, provider, tools, settings, ctx, cancel, controller, parent.hooks,
+                                parent.stage)
         except Exception as exc:  # a bug or infrastructure failure: recorded, and the parent model is told
             log.exception("sub-agent run %s crashed", run.id)
             outcome = Outcome(RUN_FAILED, f"internal error while running it ({type(exc).__name__})", Usage())

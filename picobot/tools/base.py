@@ -24,6 +24,7 @@ class RunningAgent:
     settings: Any  # picobot.agent.loop.LoopSettings
     events: Any  # picobot.agent.snapshot.TurnController
     hooks: Any = None  # picobot.plugins.PluginHost: the stage hooks a sub-agent's calls go through too
+    stage: Any = None  # picobot.plugins.types.StageContext the hooks see (a sub-agent's calls are charged to it)
 
 
 @dataclass

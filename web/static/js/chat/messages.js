@@ -4,7 +4,7 @@
 import { h, icon } from "../dom.js";
 import { renderMarkdown, safeUrl } from "../markdown.js";
 
-const FINAL = new Set(["completed", "cancelled", "failed", "interrupted"]);
+const FINAL = new Set(["completed", "cancelled", "failed", "interrupted", "budget_exceeded"]);
 const FATE_TEXT = { sending: "sending…", started: "started", steered: "steered into the running turn",
   queued: "queued for the next turn", rejected: "rejected", duplicate: "already received", lost: "connection lost" };
 
@@ -199,6 +199,7 @@ export class LiveTurn {
       else if (last.type === "reasoning") text = "Reasoning…";
     } else if (this.status === "cancelled") text = "Stopped.";
     else if (this.status === "failed") text = "The turn failed.";
+    else if (this.status === "budget_exceeded") text = "Refused by a budget.";
     else if (this.status === "interrupted") text = "Interrupted; it will be retried.";
     this.footer.replaceChildren(...(text ? [this.status === "running" ? h("span", { class: "spinner" }) : null, text].filter(Boolean) : []));
     this.footer.hidden = !text;
