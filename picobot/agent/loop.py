@@ -19,7 +19,7 @@ from picobot.agent.tool_batch import ToolBatch, ordering
 from picobot.agent.stream import pump
 from picobot.domain.messages import ChatMessage, ToolCall, Usage, text_of
 from picobot.errors import ContextLengthExceeded, ModelCallRefused, ProviderError, TurnCancelled
-from picobot.plugins.types import (Deny, ModelCallView, ModelRequestView, ModelResponse, Refusal, StageContext,
+from picobot.plugins.types import (Deny, ModelRequestView, ModelResponse, Refusal, StageContext,
                                    ToolCallRecord, ToolCallView)
 from picobot.security.redact import replace_secrets
 from picobot.providers.base import (ChatRequest, Completed, Provider, ReasoningDelta, StreamRestarted, TextDelta,
