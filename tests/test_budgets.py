@@ -97,6 +97,15 @@ def test_the_call_that_would_cross_the_session_limit_is_never_sent_even_after_a_
     assert (rows, tokens) == (1, 30000)  # the ledger: one row for the one call made
     c.close()
 
+    def refusals() -> float:  # /metrics: the worker's samples arrive with its next heartbeat
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(bstack.http + "/metrics", timeout=10).text
+        return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                   if s.name == "picobot_budget_refusals_total" and s.labels.get("channel") == "cli_chat")
+
+    wait_for(lambda: refusals() >= 2, 30, "the two refusals in /metrics")
+
 
 def test_concurrent_turns_of_one_user_on_two_workers_overshoot_by_at_most_one_estimate(bstack, llm) -> None:  # type: ignore[no-untyped-def]
     tag = uuid.uuid4().hex[:6]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 
 from picobot.plugins.types import ModelCallView, ToolCallRecord
+from picobot.storage.models import TurnStatus
 
 TURN_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
 FIRST_TOKEN_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
@@ -48,6 +49,8 @@ class Metrics:
                                   "(ok, error, denied, timeout, cancelled)", ["tool", "outcome"], registry=r)
         self.tool_seconds = Histogram("picobot_tool_call_duration_seconds", "How long a tool call took", ["tool"],
                                       buckets=CALL_BUCKETS, registry=r)
+        self.budget_refusals = Counter("picobot_budget_refusals", "Turns a budget ended (a model call that "
+                                       "would cross a limit was not sent: status budget_exceeded), by channel", ["channel"], registry=r)
         ProcessCollector(namespace="picobot", registry=r)  # picobot_process_resident_memory_bytes, cpu, fds
         self._running: dict[str, _Turn] = {}
         self._lock = threading.Lock()
@@ -63,6 +66,8 @@ class Metrics:
         with self._lock:
             turn = self._running.pop(turn_id, None)
         self.turns.labels(channel, status).inc()
+        if status == TurnStatus.BUDGET_EXCEEDED:
+            self.budget_refusals.labels(channel).inc()
         if turn is not None:
             self.turn_seconds.labels(channel).observe(max(0.0, now - turn.since))
 
