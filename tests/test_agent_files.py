@@ -292,7 +292,7 @@ def test_an_edited_file_applies_at_the_next_turn_without_a_restart(agents_stack:
 def test_task_to_a_delegate_runs_with_that_agents_model_and_a_non_delegate_is_refused(agents_stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
     tag = uuid.uuid4().hex[:6]
     call = {"name": "task", "arguments": {"description": "sum", "prompt": f"helper-child-{tag} add 2 and 2",
-                                          "agent": "helper"}}
+                                          "subagent_type": "helper"}}
     add_rule(llm, f"delegate-parent-{tag}", {"tool_calls": [call]}, {"content": "parent done"})
     add_rule(llm, f"helper-child-{tag}", {"content": "it is 4"})
     assert _ask(agents_stack, f"delegate-parent-{tag}")["final_text"] == "parent done"
@@ -303,7 +303,7 @@ def test_task_to_a_delegate_runs_with_that_agents_model_and_a_non_delegate_is_re
     assert "it is 4" in json.dumps(parent_after["messages"][-1])
 
     refused = {"name": "task", "arguments": {"description": "x", "prompt": f"outsider-child-{tag}",
-                                             "agent": "outsider"}}
+                                             "subagent_type": "outsider"}}
     add_rule(llm, f"refused-parent-{tag}", {"tool_calls": [refused]}, {"content": "did it myself"})
     assert _ask(agents_stack, f"refused-parent-{tag}")["final_text"] == "did it myself"
     assert _bodies(llm, f"outsider-child-{tag}") == []  # never ran
@@ -379,7 +379,7 @@ def test_a_background_task_to_a_named_agent_runs_with_its_model_and_tools(agents
 
     tag = uuid.uuid4().hex[:6]
     call = {"name": "task", "arguments": {"description": "sum later", "prompt": f"bg-helper-{tag} add 3 and 4",
-                                          "agent": "helper", "background": True}}
+                                          "subagent_type": "helper", "background": True}}
     add_rule(llm, f"bg-parent-{tag}", {"tool_calls": [call]}, {"content": "started it"})
     add_rule(llm, f"bg-helper-{tag}", {"content": "it is 7"})
     add_rule(llm, "sum later", {"content": "the helper says 7"})  # the turn the report starts

@@ -46,9 +46,8 @@ _AGENT_PROMPT = (
 
 _DESCRIPTION = (
     "Delegate a self-contained task to a sub-agent (own history; your tools or fewer). prompt: full "
-    "instructions. Parallel calls run at once. background: returns a run id now; the result comes later "
-    "as a message. action + run_id manage runs. agent: hand the task to a named agent (its own model, "
-    "tools and instructions). Types: general, explore (read-only)"
+    "instructions. Parallel calls run at once. background: a run id now, the result later as a message. "
+    "action + run_id manage runs. Types: general, explore (read-only), or a named agent"
 )
 
 
@@ -58,7 +57,6 @@ class _Request:
     prompt: str
     subagent_type: str
     background: bool
-    agent: str | None = None  # a named agent (config or agent file) to run it
 
 
 class TaskTool(Tool):
@@ -69,7 +67,6 @@ class TaskTool(Tool):
             "description": {"type": "string"},
             "prompt": {"type": "string"},
             "subagent_type": {"type": "string"},
-            "agent": {"type": "string"},
             "background": {"type": "boolean"},
             "action": {"enum": ["run", "get", "list", "get_result", "cancel"]},
             "run_id": {"type": "string"},
@@ -132,17 +129,15 @@ class TaskTool(Tool):
     # --- a named agent ----------------------------------------------------------------------
 
     def _named_agent(self, req: _Request, ctx: ToolContext) -> "ResolvedAgent | None":
-        """The agent `agent` names (or `subagent_type`, when no sub-agent type has that name); ToolError when
-        it is unknown, broken, or not among the calling agent's `delegates`."""
-        name = req.agent
-        if name is None:
-            if self.catalog.get(req.subagent_type) is not None:
-                return None
-            name = req.subagent_type
-            try:
-                self.rt.config.agent(name)
-            except ConfigError:
-                return None  # no such agent either: the old way (runs as 'general', with a note)
+        """The agent `subagent_type` names when no sub-agent type has that name; ToolError when it is not
+        among the calling agent's `delegates`."""
+        if self.catalog.get(req.subagent_type) is not None:
+            return None
+        name = req.subagent_type
+        try:
+            self.rt.config.agent(name)
+        except ConfigError:
+            return None  # no such agent either: the old way (runs as 'general', with a note)
         if ctx.delegates is not None and name not in ctx.delegates:
             allowed = ", ".join(ctx.delegates) or "none"
             raise ToolError(f"Not started: agent {ctx.agent_name!r} may not hand work to {name!r}; "
@@ -284,11 +279,8 @@ def _request(args: dict[str, Any]) -> _Request:
     description = _text(args, "description", MAX_DESCRIPTION_CHARS, "a short title of the task")
     prompt = _text(args, "prompt", MAX_PROMPT_CHARS, "the complete instructions for the sub-agent")
     kind = repair_text(str(args.get("subagent_type") or "general")).strip()[:64] or "general"
-    agent = args.get("agent")
-    if agent is not None and (not isinstance(agent, str) or not agent.strip()):
-        raise ToolError("`agent` must be the name of an agent, e.g. \"reviewer\".")
-    agent = repair_text(agent).strip()[:64] if agent is not None else None
-    return _Request(description, prompt, kind, bool(args.get("background", False)), agent)
+    # a named agent is asked for by `subagent_type` (one argument less in every prompt)
+    return _Request(description, prompt, kind, bool(args.get("background", False)))
 
 
 def _text(args: dict[str, Any], key: str, limit: int, what: str) -> str:
