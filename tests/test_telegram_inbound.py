@@ -94,6 +94,9 @@ def test_a_reply_quotes_its_parent_or_the_users_own_quote(fake_tg: FakeTelegram,
     content = only_content(rt, fake_tg.message(chat_id=FRIEND, text="this", reply_to_message=parent,
                                                quote={"text": "two", "position": 13}, queue=False))
     assert content == "Replying to:\n> two\n\nthis"
+    # a quoted message with nothing of the user's own (no text, no media) is nothing to answer
+    assert normalize(rt, fake_tg.message(chat_id=FRIEND, text=None, reply_to_message=parent, queue=False)) == []
+    assert normalize(rt, fake_tg.message(chat_id=FRIEND, text="  ", reply_to_message={"odd": {}}, queue=False)) == []
 
 
 def test_a_photo_becomes_an_image_block_and_is_saved(fake_tg: FakeTelegram, make_rt: Any) -> None:

@@ -70,8 +70,10 @@ class Reader:
             text = self._without_own_mention(text)
         blocks = self._media(message, ref)
         text = text.strip()
-        if text and command and not blocks:
-            content: Any = text  # the gateway runs it, exactly as on the web
+        if not text and not blocks:  # a quoted message alone (or nothing): nothing of the user's to answer
+            content: Any = None
+        elif text and command and not blocks:
+            content = text  # the gateway runs it, exactly as on the web
         else:
             content = _merge([_text(self._reply_context(message)), _text(text), *blocks])
         if not content:
