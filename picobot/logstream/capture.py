@@ -125,6 +125,11 @@ class CaptureHandler(logging.Handler):
             batch = [self._buffer.popleft() for _ in range(min(BATCH, len(self._buffer)))]
             if not self._ship(batch):
                 self._buffer.extendleft(reversed(batch))  # kept; when the buffer fills, new lines are dropped
+                # lines logged while the batch was out may have filled its place: never hold more than the
+                # buffer's size, or lines logged once Redis is back would be dropped until the surplus drains
+                while len(self._buffer) > self.settings.buffer_lines:
+                    self._buffer.pop()
+                    self._count_drop(1)
                 return False
         return True
 
