@@ -69,9 +69,6 @@ def test_procfile_has_every_process_and_matches_the_cli() -> None:
 
     worker = procfile_argv("worker", "8000")
     cli_worker = processes.worker_argv()
-    # workers yield the CPU to the web process, as `picobot up` starts them
-    assert worker[:3] == ["nice", "-n", str(processes.WORKER_NICE)]
-    worker = worker[3:]
     assert worker[:4] == ["celery", "-A", "worker.app", "worker"]
     for opt in ("-P", "-c", "-Q"):
         assert option(worker, opt) == option(cli_worker, opt), opt

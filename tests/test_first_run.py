@@ -67,7 +67,7 @@ def test_up_demo_answers_with_a_tool_call_and_no_key(tmp_path: Path) -> None:
     (home / "config.json").write_text(json.dumps({"gateway": {"port": port}}))
     log = open(tmp_path / "up.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "picobot", "up", "--demo", "--embedded-redis", "--workers", "2"],
-                            env=_env(home),
+                            env={**_env(home), "PICOBOT_WORKER_NICE": "5"},
                             cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         def healthy() -> bool:
@@ -85,12 +85,12 @@ def test_up_demo_answers_with_a_tool_call_and_no_key(tmp_path: Path) -> None:
         assert "The tool calculator returned: 5" in chat.stdout
         banner = (tmp_path / "up.log").read_text(errors="replace")
         assert "model: the built-in demo model" in banner and "no model is configured" not in banner
-        assert "worker processes: 2" in banner
-        # the workers run at a lower priority than the web process, which answers sockets and webhooks first
+        assert "worker processes: 2" in banner and "niceness +5" in banner
+        # PICOBOT_WORKER_NICE: the workers at a lower priority than the web process
         nice = {_cmdline(pid): _niceness(pid) for pid in _group(proc.pid)}
         workers = [n for cmd, n in nice.items() if " worker " in f" {cmd} " and "celery" in cmd]
         webs = [n for cmd, n in nice.items() if "gunicorn" in cmd]
-        assert len(workers) == 2 and all(n == 10 for n in workers), nice
+        assert len(workers) == 2 and all(n == 5 for n in workers), nice
         assert webs and all(n == 0 for n in webs), nice
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -141,3 +141,12 @@ def test_the_worker_count_is_checked() -> None:
             worker_count(None, {"PICOBOT_WORKERS": bad})
     with pytest.raises(ValueError, match="--workers"):
         worker_count(0, {})
+
+
+def test_the_worker_niceness_is_checked() -> None:
+    from picobot.cli.processes import worker_nice
+
+    assert worker_nice({}) == 0 and worker_nice({"PICOBOT_WORKER_NICE": "7"}) == 7
+    for bad in ("-1", "20", "x", "1.5", "\udc80"):
+        with pytest.raises(ValueError, match="PICOBOT_WORKER_NICE"):
+            worker_nice({"PICOBOT_WORKER_NICE": bad})

@@ -84,15 +84,15 @@ def cmd_up(args: argparse.Namespace) -> int:
               f"(it lists: {', '.join(sorted(config.providers))}); use another PICOBOT_HOME to try the demo.",
               file=sys.stderr)
         return 2
-    from picobot.cli.processes import worker_count
+    from picobot.cli.processes import worker_count, worker_nice
 
     try:
-        workers = worker_count(args.workers)
+        workers, nice = worker_count(args.workers), worker_nice()
     except ValueError as exc:
         print(f"picobot: {exc}", file=sys.stderr)
         return 2
     return up(config, with_flower=args.flower, embedded_redis=args.embedded_redis, demo_port=demo_port,
-              workers=workers)
+              workers=workers, nice=nice)
 
 
 def _demo_environment() -> int:

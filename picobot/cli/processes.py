@@ -125,7 +125,17 @@ class Supervisor:
 
 
 MAX_AUTO_WORKERS = 8
-WORKER_NICE = 10  # the web process answers sockets and webhooks first when workers fill the cores
+def worker_nice(environ: dict[str, str] | None = None) -> int:
+    """$PICOBOT_WORKER_NICE (0-19, default 0): niceness added to the workers `picobot up` starts.
+
+    Measured (docs/BENCHMARKS.md, Feishu): on SQLite a niced worker does not let the web answer sooner —
+    the web's acknowledgement waits on the database's write lock the worker holds — and the worker's
+    throughput falls, so the default is 0."""
+    env = os.environ if environ is None else environ
+    raw = (env.get("PICOBOT_WORKER_NICE") or "0").strip()
+    if not raw.isdigit() or not 0 <= int(raw) <= 19:
+        raise ValueError(f"PICOBOT_WORKER_NICE must be a whole number from 0 to 19 (got {raw[:40]!r})")
+    return int(raw)
 
 
 def worker_count(requested: int | None = None, environ: dict[str, str] | None = None) -> int:
@@ -147,7 +157,7 @@ def worker_count(requested: int | None = None, environ: dict[str, str] | None = 
 
 
 def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, demo_port: int | None = None,
-       workers: int = 1) -> int:
+       workers: int = 1, nice: int = 0) -> int:
     from picobot.cli.embedded_redis import choose_redis
     from picobot.storage.db import Database
 
@@ -169,7 +179,7 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, 
         env["CELERY_BROKER_URL"] = config.broker_url
     names = ["worker"] if workers == 1 else [f"worker {i}" for i in range(1, workers + 1)]
     children = [Child("web", web_argv(config)),
-                *(Child(label, worker_argv(name=None if workers == 1 else f"w{i}@%h"), nice=WORKER_NICE)
+                *(Child(label, worker_argv(name=None if workers == 1 else f"w{i}@%h"), nice=nice)
                   for i, label in enumerate(names, start=1)),
                 Child("beat", beat_argv())]
     if demo_port is not None:  # first: the worker's first model call finds it listening
@@ -190,7 +200,8 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, 
     print(f"PicoBot is starting: http://{host}:{config.gateway.port}/  (WebSocket /ws, health /health)")
     broker = f"\n  task broker: {safe_url(config.broker_url)}" if config.broker_url else ""
     print(f"  {where}: {safe_url(redis_url)}{broker}\n  database: {safe_url(config.database_url)}\n"
-          f"  worker processes: {workers} (nice +{WORKER_NICE}; --workers or PICOBOT_WORKERS to change)\n"
+          f"  worker processes: {workers} (--workers or PICOBOT_WORKERS to change)"
+          f"{f'; niceness +{nice}' if nice else ''}\n"
           f"  chat from a terminal: picobot chat    stop: Ctrl-C", flush=True)
     if pair_line:
         print(pair_line, flush=True)

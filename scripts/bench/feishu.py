@@ -31,7 +31,6 @@ from pathlib import Path
 import httpx
 import sqlalchemy
 
-from picobot.cli.processes import WORKER_NICE
 from scripts.bench.common import (
     BENCH_GATEWAY, ROOT, FakeLLMProcess, Result, Stack, cpu_seconds, free_port, log, main, p50_p99, pg_schema,
     process_tree, rss_mb,
@@ -62,8 +61,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=200, help="webhook events per second (default 200)")
     p.add_argument("--seconds", type=float, default=5, help="length of the timed phase (default 5)")
     p.add_argument("--lag-events", type=int, default=40, help="events of the light-load delivery-lag phase")
-    p.add_argument("--worker-nice", type=int, default=WORKER_NICE,
-                   help=f"niceness of the worker (default {WORKER_NICE}, as picobot up and the Procfile run it; 0 = as the web)")
+    p.add_argument("--worker-nice", type=int, default=0,
+                   help="niceness added to the worker (PICOBOT_WORKER_NICE of picobot up; default 0, as the web)")
 
 
 def blast(url: str, wires: list[tuple[bytes, dict[str, str]]], rate: float) -> tuple[list[float], int]:
@@ -195,7 +194,7 @@ def run(args: argparse.Namespace) -> Result:
         stack.env.update(PICOBOT_BENCH_MODULES_DIR=str(probe_dir),
                          PYTHONPATH=os.pathsep.join([str(tmp / "probe"), str(ROOT)]))
         stack.start_web()
-        stack.start_worker("w1", concurrency=200, nice=args.worker_nice)  # as `picobot up` and the Procfile run it
+        stack.start_worker("w1", concurrency=200, nice=args.worker_nice)  # --worker-nice: as PICOBOT_WORKER_NICE runs it
         stack.start_beat()
         url = f"{stack.http}/feishu/events"
 
