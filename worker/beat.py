@@ -23,7 +23,6 @@ from redis.exceptions import LockError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from picobot.runtime import broker_queues
-from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
 from picobot.runtime.task_names import QUEUE_SCHEDULED
 from picobot.scheduler import redbeat_entries
 
@@ -129,10 +128,8 @@ class PicoBeatScheduler(RedBeatScheduler):
 
     def _scheduled_depth(self) -> int:
         """Tasks waiting in the `scheduled` queue, on the Redis or RabbitMQ broker."""
-        config = self.app.picobot_config
-        broker = resolve_broker_url(config)
-        client = get_redis(self.app) if broker == resolve_redis_url(config) else None
-        return broker_queues.queue_depths(broker, [QUEUE_SCHEDULED], client)[QUEUE_SCHEDULED]
+        depths = broker_queues.configured_depths(self.app.picobot_config, [QUEUE_SCHEDULED], get_redis(self.app))
+        return depths[QUEUE_SCHEDULED]
 
     def maybe_due(self, entry, **kwargs):  # type: ignore[no-untyped-def]
         job = self._job_due(entry)

@@ -12,7 +12,6 @@ from prometheus_client.core import GaugeMetricFamily
 from sqlalchemy import select
 
 from picobot.runtime import broker_queues
-from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
 from picobot.runtime.task_names import ALL_QUEUES
 from picobot.storage import outbox
 from picobot.storage.models import JobRunRow
@@ -28,9 +27,7 @@ _RECENT_RUNS = (select(_RUNS.c.due_at, _RUNS.c.created_at).where(_RUNS.c.due_at 
 def queue_depths(ports: Any) -> GaugeMetricFamily:
     g = GaugeMetricFamily("picobot_queue_depth", "Tasks waiting in each task queue (Redis lists or RabbitMQ queues)",
                           labels=["queue"])
-    broker = resolve_broker_url(ports.config)
-    same_redis = broker == resolve_redis_url(ports.config)
-    for queue, depth in broker_queues.queue_depths(broker, ALL_QUEUES, ports.redis if same_redis else None).items():
+    for queue, depth in broker_queues.configured_depths(ports.config, ALL_QUEUES, ports.redis).items():
         g.add_metric([queue], depth)
     return g
 

@@ -14,7 +14,9 @@ from urllib.parse import unquote, urlsplit
 
 import redis
 
+from picobot.config import Config
 from picobot.config.home import AMQP_SCHEMES, url_scheme
+from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
 
 PRIORITY_SEP = "\x06\x16"
 PRIORITY_STEPS = (0, 3, 6, 9)  # kombu's default priority_steps
@@ -22,6 +24,13 @@ AMQP_TIMEOUT_SECS = 5.0
 
 _clients: dict[str, redis.Redis] = {}
 _clients_lock = threading.Lock()
+
+
+def configured_depths(config: Config, queues: Iterable[str], redis_client: Any) -> dict[str, int]:
+    """`queue_depths` on the configured broker; `redis_client` (the coordination Redis) serves when the
+    broker is that same Redis."""
+    broker = resolve_broker_url(config)
+    return queue_depths(broker, queues, redis_client if broker == resolve_redis_url(config) else None)
 
 
 def queue_depths(broker_url: str, queues: Iterable[str], redis_client: Any = None) -> dict[str, int]:
