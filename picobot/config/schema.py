@@ -432,6 +432,9 @@ class ToolsConfig(_Section):
     bash_output_max_chars: int = Field(default=20000, gt=0)
     http_max_chars: int = Field(default=20000, gt=0)
     web_fetch_max_chars: int = Field(default=50000, gt=0)
+    # content_search skips files larger than this; both search tools stop after the time limit.
+    search_max_file_bytes: int = Field(default=2_000_000, gt=0, le=1_000_000_000)
+    search_timeout_secs: float = Field(default=20.0, gt=0, le=600, allow_inf_nan=False)
     # Tool calls of one model response run at once up to this many; the rest wait their turn.
     max_parallel: int = Field(default=8, ge=1, le=64)
 
