@@ -145,6 +145,7 @@ def test_runs_the_cli_in_a_fresh_tasks_folder_with_the_prompt_as_one_argument(
     assert log.parent == tmp_path / "home" / "cli_outputs" and log.name.endswith("-fake.log")
     saved = log.read_text()
     assert "prompt=fix it" in saved and SECRET not in saved
+    assert log.stat().st_mode & 0o077 == 0  # the user's alone
     assert not list(log.parent.glob(".*.raw"))
 
 

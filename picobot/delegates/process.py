@@ -96,7 +96,8 @@ class Run:
 def save_log(raw_path: Path, final_path: Path, secrets: frozenset[str], dropped: int) -> None:
     """The raw log, secrets redacted line by line, written to final_path; the raw file is removed."""
     try:
-        with open(raw_path, "rb") as src, open(final_path, "x", encoding="utf-8") as dst:
+        fd = os.open(final_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # secrets of the task, not the world's
+        with open(raw_path, "rb") as src, open(fd, "w", encoding="utf-8") as dst:
             for line in src:
                 dst.write(redact(line.decode("utf-8", errors="replace"), secrets))
             if dropped:
