@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 from picobot.config.delegates import DelegateConfig
 from picobot.config.loader import load_config
 from picobot.errors import ConfigError, ToolError, TurnCancelled
+from picobot.security.sandbox import sandbox_status
 from picobot.tools.base import ToolContext
 from picobot.delegates.tool import DelegateTool
 from tests.conftest import add_rule
@@ -288,3 +290,38 @@ def test_a_real_turn_delegates_to_the_cli(runtime: Any, llm, tmp_path: Path) -> 
     assert SECRET not in result and f"cwd={tmp_path / 'turn-ws'}/tasks/" in result
     spec = [t for t in last["tools"] if t["function"]["name"] == "delegate_to_cli"][0]
     assert spec["function"]["parameters"]["properties"]["cli"]["enum"] == ["fake"]
+
+
+# --- in the bash sandbox ----------------------------------------------------------------------------
+
+SANDBOX_CLI = r'''
+import os, sys, time
+print("home=" + os.environ.get("HOME", "-"))
+for path in sys.argv[2:]:
+    try:
+        print("read " + path + ": " + open(path).read()[:40])
+    except OSError as exc:
+        print("refused " + path + ": " + type(exc).__name__)
+sys.stdout.flush()
+if sys.argv[1] == "sleep":
+    time.sleep(60)
+'''
+
+
+@pytest.mark.skipif(not shutil.which("bwrap") or not sandbox_status("auto").active, reason="bubblewrap not usable")
+def test_the_cli_runs_in_the_bash_sandbox_and_cannot_read_the_home(tmp_path: Path, ctx: ToolContext) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.json").write_text('{"api_key": "canary-home-77"}')
+    (ctx.workspace / "cli.py").write_text(SANDBOX_CLI)
+    ctx.settings["bash"] = {"sandbox": "bwrap"}
+    python = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
+    t = DelegateTool({"box": DelegateConfig(command=python, args=[str(ctx.workspace / "cli.py"), "{prompt}",
+                                                                  str(home / "config.json")])}, home)
+    out = t.execute({"cli": "box", "prompt": "plain"}, ctx)
+    assert "exited with code 0" in out and f"home={ctx.workspace}" in out
+    assert "refused" in out and "canary-home-77" not in out
+    slow = DelegateTool({"box": DelegateConfig(command=python, args=[str(ctx.workspace / "cli.py"), "{prompt}"])}, home)
+    threading.Timer(1.0, ctx.cancel.cancel).start()
+    with pytest.raises(TurnCancelled):
+        slow.execute({"cli": "box", "prompt": "sleep"}, ctx)
