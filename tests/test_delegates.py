@@ -325,3 +325,10 @@ def test_the_cli_runs_in_the_bash_sandbox_and_cannot_read_the_home(tmp_path: Pat
     threading.Timer(1.0, ctx.cancel.cancel).start()
     with pytest.raises(TurnCancelled):
         slow.execute({"cli": "box", "prompt": "sleep"}, ctx)
+
+
+def test_the_schema_as_sent_fits_its_budget_with_both_presets(tmp_path: Path) -> None:
+    t = tool(tmp_path, claude=DelegateConfig(command="claude", args=["-p", "{prompt}", "--output-format", "text"]),
+             codex=DelegateConfig(command="codex", args=["exec", "{prompt}"]))
+    sent = {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+    assert len(json.dumps(sent, ensure_ascii=False)) <= 350

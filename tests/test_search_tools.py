@@ -119,6 +119,8 @@ def test_content_search_lines_context_and_glob(ctx: ToolContext) -> None:
     out = CONTENT.execute({"pattern": "value", "context": 99}, ctx)  # more than 5 is cut to 5
     assert "b.md:1: value in prose" in out and "a.py-1- import os" in out
     assert CONTENT.execute({"pattern": "nowhere"}, ctx) == "No matches for 'nowhere'."
+    put(ctx, "sub/c.py", "value here\n")
+    assert CONTENT.execute({"pattern": "value", "glob": "sub/c.py"}, ctx).startswith("sub/c.py:1: value here\n")
 
 
 def test_content_search_gives_separated_groups(ctx: ToolContext) -> None:
@@ -160,6 +162,15 @@ def test_a_catastrophic_pattern_ends_with_the_time_budget(ctx: ToolContext) -> N
     ctx.settings["search_timeout_secs"] = 0.5
     out = _within(10, lambda: CONTENT.execute({"pattern": r"(a|aa)+$"}, ctx))
     assert "stopped after 0.5 s" in out
+
+
+@pytest.mark.parametrize("glob", ["**/" * 300 + "x.txt", "*a" * 30 + "b", "a/" + "*/" * 40 + "*", "**" * 400])
+def test_a_hostile_glob_cannot_hang_the_walk(ctx: ToolContext, glob: str) -> None:
+    put(ctx, "a/b/c/d/e/f/g/h/i/j/k/l/x.txt", "x\n")
+    put(ctx, "a" * 200, "x\n")
+    ctx.settings["search_timeout_secs"] = 1
+    assert isinstance(_within(10, lambda: FILES.execute({"pattern": glob}, ctx)), str)
+    assert isinstance(_within(10, lambda: CONTENT.execute({"pattern": "x", "glob": glob}, ctx)), str)
 
 
 def test_stop_ends_a_search_under_way(ctx: ToolContext) -> None:
@@ -254,6 +265,13 @@ def runtime(tmp_path: Path, llm, redis_url: str, monkeypatch: pytest.MonkeyPatch
     rt = build_runtime(load_config(), _NoQueue(), migrate=True)
     yield rt
     rt.close()
+
+
+def test_schemas_as_sent_stay_small() -> None:
+    sizes = {t.name: len(json.dumps({"type": "function", "function": {"name": t.name, "description": t.description,
+                                                                      "parameters": t.parameters}}, ensure_ascii=False))
+             for t in (FILES, CONTENT)}
+    assert sizes["file_search"] <= 340 and sizes["content_search"] <= 440, sizes
 
 
 def test_both_tools_work_in_a_real_turn(runtime: Any, llm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -31,7 +31,7 @@ class DelegateTool(Tool):
         self.delegates = dict(delegates)
         self.home = Path(home)
         self._egress = EgressLink()
-        self.description = "Give a self-contained coding task to a CLI agent; runs in a new tasks/ folder unless cwd."
+        self.description = "A coding CLI does a whole task in a new tasks/ dir (or cwd)."
         self.parameters = {
             "type": "object",
             "properties": {

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import regex
 
@@ -34,6 +34,7 @@ DEFAULT_TIMEOUT_SECS = 20.0
 _SNIFF_BYTES = 8192
 # Folders nobody means when searching a project; named as `path`, they are searched.
 _MAGIC = re.compile(r"[*?\[]")
+_REPEATED_STARS = re.compile(r"(?:\*\*/)+")
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", ".mypy_cache", ".tox"})
 
 
@@ -52,9 +53,9 @@ class FileSearchTool(Tool):
         ctx.cancel.raise_if_cancelled()
         pattern = _text(args, "pattern", required=True)
         root = workspace_root(ctx)
-        base, matcher = split_glob(pattern, root)
+        base, glob = split_glob(pattern, root)
         budget = _Budget(ctx)
-        found = [(mtime, path) for path, mtime in walk(base, root, budget) if matcher(_rel(path, base))]
+        found = [(mtime, path) for path, mtime in walk(base, root, budget) if glob.matches(_rel(path, base), budget)]
         found.sort(key=lambda item: (-item[0], str(item[1])))
         lines = [display_path(path, root) for _, path in found[:MAX_FILES]]
         if len(found) > MAX_FILES:
@@ -86,10 +87,10 @@ class ContentSearchTool(Tool):
         context = _context(args)
         root = workspace_root(ctx)
         glob = _text(args, "glob")
-        base, matcher = split_glob(glob, root) if glob else (root, _everything)
+        base, matcher = split_glob(glob, root) if glob else (root, _Glob("**"))
         search = _Search(compiled, context, root, _Budget(ctx), _max_file_bytes(ctx))
         for path, _ in walk(base, root, search.budget):
-            if matcher(_rel(path, base)) and not search.file(path):
+            if matcher.matches(_rel(path, base), search.budget) and not search.file(path):
                 break
         return search.report(pattern)
 
@@ -140,7 +141,7 @@ def compile_pattern(pattern: str) -> regex.Pattern[str]:
 # --- globs ----------------------------------------------------------------------------------
 
 
-def split_glob(pattern: str, root: Path) -> tuple[Path, Callable[[str], bool]]:
+def split_glob(pattern: str, root: Path) -> tuple[Path, _Glob]:
     """The folder (or file) to walk and a predicate on paths relative to it.
 
     The glob's leading components without wildcards name the folder, confined like the file tools'
@@ -148,7 +149,7 @@ def split_glob(pattern: str, root: Path) -> tuple[Path, Callable[[str], bool]]:
     """
     parts = pattern.split("/")
     if len(parts) == 1:
-        return root, _matcher("**/" + pattern)
+        return root, _Glob("**/" + pattern)
     literal: list[str] = []
     for part in parts:
         if _MAGIC.search(part):
@@ -159,20 +160,30 @@ def split_glob(pattern: str, root: Path) -> tuple[Path, Callable[[str], bool]]:
     base = resolve_path(base_raw, root)
     if not base.exists():
         raise ToolError(f"Not found: {base_raw}")
-    return base, _matcher(rest or "**")
+    return base, _Glob(rest or "**")
 
 
-def _everything(rel: str) -> bool:
-    return True
+class _Glob:
+    """A glob as a regex over relative POSIX paths, matched under the search's time budget: a glob
+    like `*a*a*a…b` backtracks for ages on a long name, and only a timeout bounds that."""
 
+    def __init__(self, glob: str) -> None:
+        self.compiled = _glob_regex(glob)
 
-def _matcher(glob: str) -> Callable[[str], bool]:
-    compiled = _glob_regex(glob)
-    return lambda rel: compiled.fullmatch(rel) is not None
+    def matches(self, rel: str, budget: _Budget) -> bool:
+        left = budget.remaining()
+        if left <= 0:
+            return False
+        try:
+            return self.compiled.fullmatch(rel, timeout=left) is not None
+        except TimeoutError:
+            budget.ran_out = True
+            return False
 
 
 @lru_cache(maxsize=64)
-def _glob_regex(pattern: str) -> re.Pattern[str]:
+def _glob_regex(pattern: str) -> regex.Pattern[str]:
+    pattern = _REPEATED_STARS.sub("**/", pattern)  # **/**/ is **/ (and would nest the backtracking)
     out: list[str] = []
     i, n = 0, len(pattern)
     while i < n:
@@ -198,8 +209,8 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
             out.append(re.escape(pattern[i]))
             i += 1
     try:
-        return re.compile("".join(out), re.DOTALL)
-    except re.error as exc:
+        return regex.compile("".join(out), regex.V0 | regex.DOTALL)
+    except (regex.error, RecursionError, OverflowError) as exc:
         raise ToolError(f"Invalid glob pattern {pattern[:80]!r}: {exc}") from None
 
 
