@@ -213,6 +213,7 @@ def test_a_missing_program_is_a_clear_error(tmp_path: Path, ctx: ToolContext) ->
     t = tool(tmp_path, ghost=DelegateConfig(command="no-such-cli-anywhere", args=["{prompt}"]))
     with pytest.raises(ToolError, match="Could not start no-such-cli-anywhere"):
         t.execute({"cli": "ghost", "prompt": "p"}, ctx)
+    assert not any((tmp_path / "home" / "cli_outputs").iterdir())  # no log of a run that never was
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -83,7 +83,11 @@ class DelegateTool(Tool):
         started = time.monotonic()
         with ctx.gate.side_effect(), open(os.open(raw_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as raw:
             tee = Tee(capped, raw)
-            run = Run(argv, env, folder, tee)
+            try:
+                run = Run(argv, env, folder, tee)
+            except ToolError:  # the program could not start: nothing to keep
+                raw_path.unlink(missing_ok=True)
+                raise
             exited = run.wait(spec.timeout_secs, ctx.cancel)
         save_log(raw_path, log_path, hidden, tee.dropped)
         took = time.monotonic() - started
