@@ -322,7 +322,7 @@ def test_truncation_marker(registry: ToolRegistry, ctx: ToolContext) -> None:
 
 
 def test_build_registry_builtins_and_disabled() -> None:
-    expected = ["calculator", "get_time", "read", "write", "edit", SHELL_TOOL_NAME,
+    expected = ["calculator", "get_time", "read", "write", "edit", "file_search", "content_search", SHELL_TOOL_NAME,
                 "http_request", "web_fetch", "send_session_message"]
     assert build_registry().names() == expected
     assert [t.name for t in builtin_tools()] == expected
@@ -349,7 +349,7 @@ def test_every_builtin_has_llm_ready_schema() -> None:
         for prop, spec in schema["properties"].items():  # a name that says it all spends no prompt on a description
             assert spec.get("description") or prop in SELF_EXPLAINING, f"{tool.name}.{prop}"
     read_only = {t.name for t in builtin_tools() if t.read_only}
-    assert read_only == {"calculator", "get_time", "read", "web_fetch"}
+    assert read_only == {"calculator", "get_time", "read", "file_search", "content_search", "web_fetch"}
 
 
 # --- calculator -----------------------------------------------------------------------

@@ -31,6 +31,7 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
     """The capabilities PicoBot ships, as (name, plugin); the shipped optional plugins when enabled."""
     from picobot.budgets.plugin import BudgetsPlugin
     from picobot.channels.plugin import ChannelsPlugin
+    from picobot.delegates.plugin import DelegatesPlugin
     from picobot.mcp.plugin import McpPlugin
     from picobot.memory.plugin import MemoryPlugin
     from picobot.scheduler.plugin import SchedulerPlugin
@@ -43,6 +44,7 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
         ("channels", ChannelsPlugin()), ("memory", MemoryPlugin()), ("skills", SkillsPlugin()),
         ("subagents", SubagentsPlugin()), ("scheduler", SchedulerPlugin()), ("mcp", McpPlugin()),
         ("webhooks", WebhooksPlugin()), ("titles", TitlesPlugin()), ("budgets", BudgetsPlugin()),
+        ("delegates", DelegatesPlugin()),
     ]
     from picobot.observability.plugin import observability_plugins
 

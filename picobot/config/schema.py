@@ -22,6 +22,7 @@ from pydantic import (AfterValidator, AliasChoices, BaseModel, ConfigDict, Field
                       model_validator)
 
 from picobot.config.budgets import BudgetsConfig, Price, check_price_keys
+from picobot.config.delegates import DelegateConfig, check_delegate_names
 from picobot.config.home import RUNTIME_KEYS, default_database_url, picobot_home  # noqa: F401 (re-exported)
 from picobot.config.model_refs import ModelChoice, check_profile_name, resolve_ref, shown, unique
 from picobot.config.observability import LoggingConfig, MetricsConfig, TracingConfig
@@ -432,6 +433,9 @@ class ToolsConfig(_Section):
     bash_output_max_chars: int = Field(default=20000, gt=0)
     http_max_chars: int = Field(default=20000, gt=0)
     web_fetch_max_chars: int = Field(default=50000, gt=0)
+    # content_search skips files larger than this; both search tools stop after the time limit.
+    search_max_file_bytes: int = Field(default=2_000_000, gt=0, le=1_000_000_000)
+    search_timeout_secs: float = Field(default=20.0, gt=0, le=600, allow_inf_nan=False)
     # Tool calls of one model response run at once up to this many; the rest wait their turn.
     max_parallel: int = Field(default=8, ge=1, le=64)
 
@@ -596,8 +600,10 @@ class Config(_Section):
     hooks: dict[str, HookConfig] = Field(default_factory=dict)  # inbound webhooks by name
     budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)  # picobot/budgets
     prices: dict[str, Price] = Field(default_factory=dict)  # "<provider>:<model>" -> USD per million tokens
+    delegates: dict[str, DelegateConfig] = Field(default_factory=dict)  # picobot/delegates: coding CLIs by name
 
     _price_keys = field_validator("prices")(check_price_keys)
+    _delegate_names = field_validator("delegates")(check_delegate_names)
 
     # Not part of the file: computed by the loader (see RUNTIME_KEYS).
     home: Path = Field(default_factory=picobot_home, exclude=True)
