@@ -32,6 +32,7 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
     from picobot.budgets.plugin import BudgetsPlugin
     from picobot.channels.plugin import ChannelsPlugin
     from picobot.mcp.plugin import McpPlugin
+    from picobot.plans.plugin import PlansPlugin
     from picobot.memory.plugin import MemoryPlugin
     from picobot.scheduler.plugin import SchedulerPlugin
     from picobot.skills.plugin import SkillsPlugin
@@ -43,6 +44,7 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
         ("channels", ChannelsPlugin()), ("memory", MemoryPlugin()), ("skills", SkillsPlugin()),
         ("subagents", SubagentsPlugin()), ("scheduler", SchedulerPlugin()), ("mcp", McpPlugin()),
         ("webhooks", WebhooksPlugin()), ("titles", TitlesPlugin()), ("budgets", BudgetsPlugin()),
+        ("plans", PlansPlugin()),
     ]
     from picobot.observability.plugin import observability_plugins
 
