@@ -94,7 +94,7 @@ def test_create_update_add_list_clear(runtime: Runtime, tmp_path: Path) -> None:
     assert "Added item 3." in todo(runtime, sid, tmp_path, action="add", items=items("tag it"))
     assert "Added items 4, 5." in todo(runtime, sid, tmp_path, action="add", items=items("announce"), text="rest")
     todo(runtime, sid, tmp_path, action="update", item_id=2, status="blocked")  # no note: kept (empty)
-    todo(runtime, sid, tmp_path, action="update", item_id=3, status="in_progress")
+    todo(runtime, sid, tmp_path, action="update", item_id=3.0, status="in_progress")  # an integer to JSON Schema
     assert state(runtime, sid) == {"title": "Ship the release", "items": [
         {"id": 1, "text": "tests", "status": "done", "note": "all green"},
         {"id": 2, "text": "docs", "status": "blocked", "note": ""},
@@ -284,7 +284,7 @@ def test_task_with_plan_item_id_moves_the_item_with_the_run(runtime: Runtime, ll
 def test_task_refuses_a_bad_plan_item_id(runtime: Runtime, tmp_path: Path) -> None:
     from picobot.subagents.tool import TaskTool
 
-    for bad in (0, -1, 10**30, True, "1", 1.5, float("nan")):
+    for bad in (0, -1, 10**30, 1e300, True, "1", 1.5, float("nan"), float("inf"), [1]):
         with pytest.raises(ToolError, match="plan_item_id"):
             TaskTool(runtime).execute({"description": "d", "prompt": "p", "plan_item_id": bad},
                                       ctx_for(dialog(runtime), tmp_path))
@@ -311,9 +311,9 @@ def plans_stack(tmp_path_factory: pytest.TempPathFactory, fake_llm) -> Iterator[
 def test_socket_frames_session_plan_and_plan_updated(plans_stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
     chat = f"plans-{uuid.uuid4().hex[:8]}"
     first = plans_stack.client(chat)
-    assert first.recv_until(lambda f: f["type"] == "session_plan") == {
-        "type": "session_plan", "session_id": first.session_id, "plan": None}
     dialog_a = first.session_id
+    assert first.command("/plan")["text"] == "No plan in this dialog."
+    assert not [f for f in first.frames if f["type"] == "session_plan"]  # no plan: no frame
     add_rule(llm, "wire-make", call("todo", action="create", title="Move", items=items("boxes")),
              call("todo", action="update", item_id=1, status="in_progress", note="half"), {"content": "ok"})
     first.ask("wire-make")
@@ -328,8 +328,11 @@ def test_socket_frames_session_plan_and_plan_updated(plans_stack: Stack, llm) ->
 
     # a socket of the chat on another dialog hears of the change too (the web UI's unread mark)
     other = plans_stack.client(chat)
+    assert other.recv_until(lambda f: f["type"] == "session_plan")["session_id"] == dialog_a
     assert other.command("/new")["data"]["session_id"] != dialog_a  # the chat's current dialog: a new one
-    assert other.recv_until(lambda f: f["type"] == "session_plan")["plan"] is None  # which has no plan
+    other.recv_until(lambda f: f["type"] == "session")
+    assert other.command("/plan")["text"] == "No plan in this dialog."
+    assert [f["type"] for f in other.frames].count("session_plan") == 1  # the new dialog has none
     assert first.command(f"/switch {first.ready['session']['dialog_id']}")["data"]["session_id"] == dialog_a
     add_rule(llm, "wire-clear", call("todo", action="clear"), {"content": "cleared"})
     first.ask("wire-clear")

@@ -48,7 +48,9 @@ class PlansPlugin:
 
     @hookimpl
     def picobot_session_state(self, session_id: str, ports: "Ports") -> list[dict[str, Any]]:
-        return [plans.frame(session_id, plans.read(ports, session_id), "session_plan")]
+        """`session_plan` when the dialog has a plan (none: a dialog without one costs its sockets nothing)."""
+        found = plans.read(ports, session_id)
+        return [plans.frame(session_id, found, "session_plan")] if found is not None else []
 
     @hookimpl
     def picobot_subagent_run(self, run: "SubagentRunView", ports: "Ports") -> None:

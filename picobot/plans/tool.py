@@ -91,6 +91,8 @@ class TodoTool(Tool):
 
     def _update(self, args: dict[str, Any], session_id: str) -> Any:
         number = args.get("item_id")
+        if isinstance(number, float) and number.is_integer():  # 2.0: an integer to JSON Schema too
+            number = int(number)
         if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_ITEM_ID:
             raise ToolError("item_id: the item's number (list shows them).")
         status = args.get("status")

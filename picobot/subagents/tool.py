@@ -302,6 +302,8 @@ def _request(args: dict[str, Any]) -> _Request:
 
 def _plan_item(args: dict[str, Any]) -> int | None:
     item = args.get("plan_item_id")
+    if isinstance(item, float) and item.is_integer():  # 2.0: an integer to JSON Schema too
+        item = int(item)
     if item is not None and (isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_PLAN_ITEM_ID):
         raise ToolError("`plan_item_id`: the number of an item of this dialog's plan (todo list shows them).")
     return item

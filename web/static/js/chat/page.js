@@ -94,7 +94,9 @@ class ChatPage {
     if (!this.painted) performance.mark("picobot:ready-received");
     const info = frame.session;
     const changed = !this.session || this.session.session_id !== info.session_id;
-    if (changed) { this.preview = ""; this.plan.reset(); } // its session_plan frame follows
+    if (changed) this.preview = "";
+    // a dialog with a plan: its session_plan frame follows this one
+    if (changed) this.plan.reset(); else this.plan.show(null, false);
     this.session = info;
     this.renderTitle();
     const messages = frame.history || [];
