@@ -284,10 +284,19 @@ def test_task_with_plan_item_id_moves_the_item_with_the_run(runtime: Runtime, ll
 def test_task_refuses_a_bad_plan_item_id(runtime: Runtime, tmp_path: Path) -> None:
     from picobot.subagents.tool import TaskTool
 
-    for bad in (0, -1, 10**30, 1e300, True, "1", 1.5, float("nan"), float("inf"), [1]):
+    task, ctx = TaskTool(runtime), ctx_for(dialog(runtime), tmp_path)
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(bad=_hostile.filter(lambda v: v is not None and not (
+        type(v) in (int, float) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+        and float(v).is_integer() and 1 <= v <= 10_000)))
+    def check(bad: Any) -> None:
         with pytest.raises(ToolError, match="plan_item_id"):
-            TaskTool(runtime).execute({"description": "d", "prompt": "p", "plan_item_id": bad},
-                                      ctx_for(dialog(runtime), tmp_path))
+            task.execute({"description": "d", "prompt": "p", "plan_item_id": bad}, ctx)
+
+    check()
+    with runtime.db.connect() as conn:  # refused before admission: no run was recorded
+        assert conn.exec_driver_sql("SELECT count(*) FROM agent_runs").scalar() == 0
 
 
 def test_tool_json_fits_its_budget(runtime: Runtime) -> None:
