@@ -350,3 +350,17 @@ def test_socket_frames_session_plan_and_plan_updated(plans_stack: Stack, llm) ->
     assert not [f for f in other.frames if f["type"] in ("turn_updated", "turn_completed")]  # only that one
     for c in (first, again, other):
         c.close()
+
+
+def test_a_background_run_moves_its_item_when_it_ends(plans_stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    client = plans_stack.client(f"plans-bg-{uuid.uuid4().hex[:8]}")
+    add_rule(llm, "bg-go", call("todo", action="create", title="Survey", items=items("count birds")),
+             call("task", description="bgsub-birds", prompt="count them", background=True, plan_item_id=1),
+             {"content": "started"})
+    add_rule(llm, "bgsub-birds", {"content": "Forty-two birds."})
+    client.ask("bg-go")
+    done = client.recv_until(lambda f: f["type"] == "plan_updated" and f["plan"]["items"][0]["status"] == "done")
+    assert done["plan"]["items"][0]["note"] == "sub-agent completed: Forty-two birds."
+    seen = [f["plan"]["items"][0]["status"] for f in client.frames if f["type"] == "plan_updated"]
+    assert seen == ["pending", "in_progress", "done"]
+    client.close()
