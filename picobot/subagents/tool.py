@@ -114,7 +114,7 @@ class TaskTool(Tool):
         if target is not None:
             run, spec, tools, child = self._prepare_agent(request, target, ctx)
             self._admit(run, ctx)
-            self._report(run, request, RUN_QUEUED if request.background else RUN_RUNNING)
+            self._report(run, RUN_QUEUED if request.background else RUN_RUNNING)
             if request.background:
                 return self._start_background(run, ctx.agent)
             return self._run_foreground(run, spec, tools, ctx.agent, child, target)
@@ -126,7 +126,7 @@ class TaskTool(Tool):
             definition = GENERAL
         run, spec, tools = self._prepare(request, definition, ctx.agent, ctx)
         self._admit(run, ctx)
-        self._report(run, request, RUN_QUEUED if request.background else RUN_RUNNING)
+        self._report(run, RUN_QUEUED if request.background else RUN_RUNNING)
         if request.background:
             return self._start_background(run, ctx.agent) + note
         return self._run_foreground(run, spec, tools, ctx.agent, ctx) + note
@@ -207,9 +207,10 @@ class TaskTool(Tool):
                      snapshot, req.description, req.prompt, ctx.sender_id)
         return run, spec, tools
 
-    def _report(self, run: NewRun, req: _Request, status: str, text: str = "") -> None:
+    def _report(self, run: NewRun, status: str, text: str = "") -> None:
+        """The run's admission or end, for the plugins (a plan item follows it)."""
         report_run(self.rt, run.id, run.session_id, status, text, run.subagent_type, run.description,
-                   req.plan_item_id)
+                   run.definition.get("plan_item_id"))
 
     def _admit(self, run: NewRun, ctx: ToolContext) -> None:
         limit = self.rt.config.subagents.max_children_per_turn
@@ -226,8 +227,7 @@ class TaskTool(Tool):
     def _run_foreground(self, run: NewRun, spec: ChildSpec, tools: Any, parent: RunningAgent,
                         ctx: ToolContext, target: "ResolvedAgent | None" = None) -> str:
         outcome = self._outcome(run, spec, tools, parent, ctx, target)
-        report_run(self.rt, run.id, run.session_id, outcome.status, outcome.text, run.subagent_type, run.description,
-                   run.definition.get("plan_item_id"))
+        self._report(run, outcome.status, outcome.text)
         if outcome.status != RUN_COMPLETED:
             raise ToolError(f"Sub-agent run {run.id} ({run.subagent_type}) {outcome.status}: {outcome.text}.")
         return f"Sub-agent run {run.id} ({run.subagent_type}) completed:\n\n{outcome.text}"
