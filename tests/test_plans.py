@@ -24,6 +24,7 @@ from picobot.gateway.inbound import InboundMessage
 from picobot.gateway.intake import Gateway
 from picobot.plans.tool import TodoTool
 from picobot.runtime.turn_runner import drain_session
+from picobot.security.redact import MASK
 from picobot.storage import sessions
 from picobot.tools.base import ToolContext
 from tests.conftest import add_rule
@@ -108,6 +109,19 @@ def test_create_update_add_list_clear(runtime: Runtime, tmp_path: Path) -> None:
     assert todo(runtime, sid, tmp_path, action="clear") == "There was no plan."
     todo(runtime, sid, tmp_path, action="create", title="Again", items=items("one"))  # a new plan after a clear
     assert state(runtime, sid)["items"] == [{"id": 1, "text": "one", "status": "pending", "note": ""}]
+
+
+def test_secrets_in_plan_text_are_masked_before_they_are_stored(runtime: Runtime, tmp_path: Path) -> None:
+    sid = dialog(runtime)
+    ctx = ctx_for(sid, tmp_path)
+    ctx.secrets = frozenset({"hunter2-plan-secret"})
+    TodoTool(runtime).execute({"action": "create", "title": "Use hunter2-plan-secret",
+                               "items": items("login with hunter2-plan-secret")}, ctx)
+    TodoTool(runtime).execute({"action": "update", "item_id": 1, "status": "done",
+                               "note": "key sk-abcdefghijklmnopqrstuvwxyz123456"}, ctx)
+    stored = json.dumps(state(runtime, sid))
+    assert "hunter2-plan-secret" not in stored and "sk-abcdefghijklmnopqrstuvwxyz123456" not in stored
+    assert stored.count(MASK) == 3
 
 
 def test_one_plan_per_dialog(runtime: Runtime, tmp_path: Path) -> None:

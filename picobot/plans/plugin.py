@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from picobot import plans
 from picobot.domain.messages import ChatMessage
 from picobot.plugins import Command, hookimpl
+from picobot.security.redact import redact
 from picobot.storage import plans as sql
 
 if TYPE_CHECKING:
@@ -58,7 +59,8 @@ class PlansPlugin:
         if run.plan_item_id is None:
             return
         status = _RUN_STATUS.get(run.status, "blocked")
-        note = None if status == "in_progress" else f"sub-agent {run.status}: {run.text}"[:RUN_NOTE_CHARS]
+        note = None if status == "in_progress" else redact(f"sub-agent {run.status}: {run.text}", ports.secrets)
+        note = note[:RUN_NOTE_CHARS] if note is not None else None
 
         def edit(conn: "Connection", now: float) -> bool:
             plan_id = sql.lock(conn, run.session_id, now)

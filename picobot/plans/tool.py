@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 
 from picobot import plans
 from picobot.errors import ToolError
+from picobot.security.redact import redact_tree
 from picobot.storage import plans as sql
 from picobot.tools.base import Tool, ToolContext
 
@@ -55,6 +56,7 @@ class TodoTool(Tool):
             raise ToolError(f"action: one of {', '.join(ACTIONS)}.")
         if action == "list":
             return plans.render(plans.read(self.ports, ctx.session_id))
+        args = redact_tree(args, ctx.secrets)  # a key pasted into an item never reaches SQL or the sockets
         edit = getattr(self, f"_{action}")(args, ctx.session_id)  # every argument checked before any write
         with ctx.gate.side_effect():  # a stopped turn changes nothing more
             try:
