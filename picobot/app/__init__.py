@@ -33,6 +33,7 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
     from picobot.channels.plugin import ChannelsPlugin
     from picobot.delegates.plugin import DelegatesPlugin
     from picobot.mcp.plugin import McpPlugin
+    from picobot.plans.plugin import PlansPlugin
     from picobot.memory.plugin import MemoryPlugin
     from picobot.scheduler.plugin import SchedulerPlugin
     from picobot.skills.plugin import SkillsPlugin
@@ -45,6 +46,7 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
         ("subagents", SubagentsPlugin()), ("scheduler", SchedulerPlugin()), ("mcp", McpPlugin()),
         ("webhooks", WebhooksPlugin()), ("titles", TitlesPlugin()), ("budgets", BudgetsPlugin()),
         ("delegates", DelegatesPlugin()),
+        ("plans", PlansPlugin()),
     ]
     from picobot.observability.plugin import observability_plugins
 

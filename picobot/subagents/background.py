@@ -15,7 +15,7 @@ from picobot.storage import agent_runs
 from picobot.storage.models import RUN_CANCELLED, RUN_FAILED
 from picobot.subagents.control import StopPoller
 from picobot.subagents.inbox import finish_and_post
-from picobot.subagents.runner import TASK_TOOL, ChildSpec, Outcome, child_tools, run_child
+from picobot.subagents.runner import TASK_TOOL, ChildSpec, Outcome, child_tools, report_run, run_child
 from picobot.tools.base import ToolContext
 
 if TYPE_CHECKING:
@@ -43,6 +43,8 @@ def run_background_run(rt: "AgentPorts", run_id: str) -> str:
     report = outcome.status != RUN_CANCELLED
     with rt.db.begin() as conn:
         posted = finish_and_post(conn, run, outcome.status, outcome.text, outcome.usage, report)
+    report_run(rt, run_id, run["session_id"], outcome.status, outcome.text, run["subagent_type"],
+               run["description"], (run["definition"] or {}).get("plan_item_id"))
     if posted and report:
         _wake(rt, run["session_id"])
     log.info("background run %s %s", run_id, outcome.status)
