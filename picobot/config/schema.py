@@ -427,6 +427,10 @@ class ToolsConfig(_Section):
     workspace: str | None = None
     # Each chat gets `<workspace>/<channel>/<chat id>/` and its tools are confined to it.
     workspace_per_chat: bool = False
+    # A folder every worker host mounts (NFS, a shared volume): the workspace of every host, so any
+    # worker runs any turn. Unset: each host works on its own disk and a chat's turns follow the host
+    # holding its files (runtime/placement.py). An absolute path; not together with `workspace`.
+    workspace_storage: str | None = None
     bash: BashConfig = Field(default_factory=BashConfig)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     bash_timeout_secs: float = Field(default=60.0, gt=0)
@@ -445,6 +449,24 @@ class ToolsConfig(_Section):
         if isinstance(value, bool):  # pydantic would read true as 1
             raise ValueError("must be a whole number from 1 to 64, not true/false")
         return value
+
+    @field_validator("workspace_storage")
+    @classmethod
+    def _absolute_folder(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip() or "\x00" in value:
+            raise ValueError("must be the absolute path of a folder every worker host mounts")
+        if not Path(value).expanduser().is_absolute():
+            raise ValueError(f"must be an absolute path (every host mounts it at the same place), not {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_workspace(self) -> "ToolsConfig":
+        if self.workspace_storage and self.workspace:
+            raise ValueError("set tools.workspace or tools.workspace_storage, not both (workspace_storage is "
+                             "the workspace, shared by every host)")
+        return self
 
 
 class TimeConfig(_Section):
@@ -827,5 +849,7 @@ class Config(_Section):
 
     def workspace_path(self) -> Path:
         """The file and shell tools' workspace, absolute (see config/workspace.py for the default)."""
+        if self.tools.workspace_storage:
+            return Path(self.tools.workspace_storage).expanduser()
         return choose_workspace(self.home, self.tools.workspace).path
 

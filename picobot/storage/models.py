@@ -570,3 +570,18 @@ class TaskItemRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (UniqueConstraint("plan_id", "number", name="uq_task_items_plan_number"),)
+class ChatHostRow(Base):
+    """Which worker host holds a chat's workspace (runtime/placement.py): its dialogs' turns run there.
+
+    Absent for a chat no turn has run for yet, and unused when `tools.workspace_storage` is shared by
+    every host. `moved_from`/`moved_at`: the last move, made when the holding host had died.
+    """
+
+    __tablename__ = "chat_hosts"
+
+    channel: Mapped[str] = mapped_column(String(64), primary_key=True)
+    chat_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    host: Mapped[str] = mapped_column(String(64))
+    pinned_at: Mapped[float] = mapped_column(Float)
+    moved_from: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    moved_at: Mapped[float | None] = mapped_column(Float, nullable=True)
