@@ -37,12 +37,14 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
     from picobot.skills.plugin import SkillsPlugin
     from picobot.subagents.plugin import SubagentsPlugin
     from picobot.titles.plugin import TitlesPlugin
+    from picobot.voice.plugin import VoicePlugin
     from picobot.webhooks.plugin import WebhooksPlugin
 
     plugins: list[tuple[str, Any]] = [
         ("channels", ChannelsPlugin()), ("memory", MemoryPlugin()), ("skills", SkillsPlugin()),
         ("subagents", SubagentsPlugin()), ("scheduler", SchedulerPlugin()), ("mcp", McpPlugin()),
         ("webhooks", WebhooksPlugin()), ("titles", TitlesPlugin()), ("budgets", BudgetsPlugin()),
+        ("voice", VoicePlugin()),
     ]
     from picobot.observability.plugin import observability_plugins
 

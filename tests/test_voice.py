@@ -1,0 +1,339 @@
+"""Voice: speech to text before the turn, text to speech after it, through real HTTP to the fake servers.
+
+The runtime is real (SQL, a private Redis, the plugin host); the steps a worker runs are called in
+order here (channel event -> turn -> delivery lane), against the fake Bot API and the fake model
+server's `/v1/audio/*` endpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import socket
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from picobot.app import App as Runtime, build_runtime
+from picobot.channels import delivery, events
+from picobot.channels.telegram import intake
+from picobot.config import load_config
+from picobot.config.schema import Config, SttConfig, TtsConfig
+from picobot.demo.llm.audio import ogg_opus_silence
+from picobot.domain.audio import audio_block
+from picobot.errors import ConfigError
+from picobot.gateway.inbound import InboundMessage
+from picobot.gateway.intake import Gateway
+from picobot.plugins.types import AudioClip
+from picobot.runtime import turn_runner
+from picobot.storage import messages as message_store
+from picobot.storage.models import OutboxRow
+from picobot.voice.client import VoiceError, sniff, speak, transcribe
+from scripts.fake_telegram import FakeTelegram
+from tests.conftest import add_rule
+from tests.stack import base_config
+from tests.telegram_fake import RecordingQueue
+
+KEY = "sk-voice-secret-0123456789abcdef"
+CHAT = 4242
+
+
+def voice_bytes(said: str) -> bytes:
+    """A real Ogg Opus file with the fake transcriber's marker after it (what it 'hears')."""
+    return ogg_opus_silence(25) + f"SAY:{said}\n".encode()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def runtime(tmp_path: Path, llm: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch, fake_tg: FakeTelegram | None,
+            voice: dict[str, Any] | None) -> Runtime:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    cfg = base_config(llm.url, 1)
+    cfg["memory"] = {"enabled": False}
+    cfg["titles"] = {"enabled": False}
+    if fake_tg is not None:
+        cfg["channels"] = {"telegram": {"enabled": True, "token": fake_tg.token, "base_url": fake_tg.base_url,
+                                        "allow_from": [str(CHAT)]}}
+    if voice is not None:
+        cfg["voice"] = voice
+    (home / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.setenv("PICOBOT_HOME", str(home))
+    monkeypatch.setenv("PICOBOT_TEST_KEY", "sk-test-voice-llm-key")
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    return build_runtime(load_config(), RecordingQueue(), migrate=True)  # type: ignore[arg-type]
+
+
+def voice_cfg(llm: Any, stt: bool = True, tts: bool = True, **over: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {}
+    if stt:
+        cfg["stt"] = {"base_url": llm.openai_url, "api_key": KEY, "model": "whisper-1", **over.get("stt", {})}
+    if tts:
+        cfg["tts"] = {"base_url": llm.openai_url, "api_key": KEY, "model": "tts-1", "voice": "alloy",
+                      **over.get("tts", {})}
+    return cfg
+
+
+@pytest.fixture
+def fake_tg() -> Iterator[FakeTelegram]:
+    fake = FakeTelegram().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def made(tmp_path: Path, llm: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Runtime]]:
+    runtimes: list[Runtime] = []
+    yield runtimes
+    for rt in runtimes:
+        rt.close()
+
+
+def make(made: list[Runtime], tmp_path: Path, llm: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+         fake_tg: FakeTelegram | None, voice: dict[str, Any] | None) -> Runtime:
+    rt = runtime(tmp_path, llm, redis_url, monkeypatch, fake_tg, voice)
+    made.append(rt)
+    return rt
+
+
+def send_voice(rt: Runtime, fake_tg: FakeTelegram, data: bytes, kind: str = "voice") -> str:
+    """A Telegram voice message from the user, through the intake, the event task and the gateway: its session."""
+    file_id = fake_tg.add_file(data, path=f"voice/file_{len(fake_tg.files)}.oga")
+    update = fake_tg.message(chat_id=CHAT, text=None, queue=False, **{kind: {
+        "file_id": file_id, "file_unique_id": "uq" + file_id[-6:], "duration": 2, "mime_type": "audio/ogg",
+        "file_size": len(data)}})
+    assert intake.accept(rt, "telegram", update) == intake.RECORDED
+    [event_id] = rt.queue.events[-1:]
+    assert events.process(rt, event_id) == "done"
+    return rt.queue.turns[-1]
+
+
+# ---- the clients against the fake server -----------------------------------------------------
+
+
+def test_transcription_goes_over_http_to_the_fake_and_sends_the_key(llm: Any) -> None:
+    stt = SttConfig(base_url=llm.openai_url, api_key=KEY, language="en")
+    assert transcribe(stt, AudioClip(voice_bytes("turn on the lights"), "audio/ogg")) == "turn on the lights"
+    [request] = [r for r in llm.requests() if r["path"].endswith("/audio/transcriptions")]
+    assert request["body"]["model"] == "whisper-1" and request["body"]["language"] == "en"
+    assert request["body"]["file"]["filename"] == "voice.ogg"
+    import hashlib
+
+    assert request["auth"]["authorization"] == hashlib.sha256(KEY.encode()).hexdigest()
+
+
+def test_speech_in_opus_is_a_real_ogg_opus_file(llm: Any) -> None:
+    clip = speak(TtsConfig(base_url=llm.openai_url, api_key=KEY), "Hello there, this is the answer.")
+    assert clip.format == "opus" and clip.mime == "audio/ogg"
+    assert clip.data.startswith(b"OggS") and b"OpusHead" in clip.data[:100] and b"OpusTags" in clip.data
+    [request] = [r for r in llm.requests() if r["path"].endswith("/audio/speech")]
+    assert request["body"] == {"model": "tts-1", "input": "Hello there, this is the answer.", "voice": "alloy",
+                               "response_format": "opus"}
+
+
+def test_speech_in_another_format_is_known_by_its_bytes(llm: Any) -> None:
+    clip = speak(TtsConfig(base_url=llm.openai_url, format="mp3"), "hi")
+    assert clip.format == "wav" and sniff(clip.data) == "wav"  # the fake answers WAV for anything but opus
+
+
+def test_a_server_that_is_down_is_a_clear_voice_error(llm: Any) -> None:
+    stt = SttConfig(base_url=f"http://127.0.0.1:{closed_port()}/v1", api_key=KEY, timeout_secs=5)
+    with pytest.raises(VoiceError) as caught:
+        transcribe(stt, AudioClip(voice_bytes("x"), "audio/ogg"))
+    assert "could not be reached" in str(caught.value) and KEY not in str(caught.value)
+
+
+def test_an_error_status_is_a_voice_error_without_the_key(llm: Any) -> None:
+    stt = SttConfig(base_url=llm.openai_url, api_key=KEY)
+    with pytest.raises(VoiceError) as caught:
+        transcribe(stt, AudioClip(voice_bytes("FAIL 503"), "audio/ogg"))
+    assert "HTTP 503" in str(caught.value) and caught.value.transient and KEY not in str(caught.value)
+
+
+def test_audio_over_the_stt_limit_is_refused_before_any_request(llm: Any) -> None:
+    stt = SttConfig(base_url=llm.openai_url, max_bytes=100)
+    with pytest.raises(VoiceError) as caught:
+        transcribe(stt, AudioClip(b"x" * 101, "audio/ogg"))
+    assert "voice.stt.max_bytes" in str(caught.value) and not caught.value.transient
+    assert not [r for r in llm.requests() if "/audio/" in r["path"]]
+
+
+# ---- Telegram in and out ----------------------------------------------------------------------
+
+
+def test_a_telegram_voice_message_is_heard_answered_and_spoken(made: list, tmp_path: Path, llm: Any, redis_url: str,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               fake_tg: FakeTelegram,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    rt = make(made, tmp_path, llm, redis_url, monkeypatch, fake_tg, voice_cfg(llm))
+    add_rule(llm, "what time is it in Lisbon", {"content": "It is noon in Lisbon."})
+    sid = send_voice(rt, fake_tg, voice_bytes("what time is it in Lisbon"))
+    assert turn_runner.drain_session(rt, sid) == 1
+    # the model got the transcript, marked, and nothing of the audio
+    chat = [r for r in llm.requests() if r["path"].endswith("/chat/completions")][-1]
+    sent_text = json.dumps(chat["body"]["messages"], ensure_ascii=False)
+    assert "🎤 what time is it in Lisbon" in sent_text and "data:audio" not in sent_text
+    assert delivery.deliver_lane(rt, "telegram", str(CHAT))["sent"] == 3
+    texts = fake_tg.texts(CHAT)
+    assert texts == ["🎤 “what time is it in Lisbon”", "It is noon in Lisbon."]
+    [voice] = fake_tg.voices_to(CHAT)
+    assert voice["kind"] == "voice" and voice["data"].startswith(b"OggS") and b"OpusHead" in voice["data"][:100]
+    assert voice["reply_to"] is not None  # it answers the user's voice message
+    speech = [r for r in llm.requests() if r["path"].endswith("/audio/speech")]
+    assert speech[-1]["body"]["input"] == "It is noon in Lisbon."
+    # the key never reached a log line, an outbox row or a stored message
+    assert KEY not in caplog.text
+    with rt.db.connect() as conn:
+        dumped = json.dumps([dict(r._mapping) for r in conn.execute(OutboxRow.__table__.select())],
+                            default=str)
+    assert KEY not in dumped
+
+
+def test_an_audio_file_is_heard_too(made: list, tmp_path: Path, llm: Any, redis_url: str,
+                                    monkeypatch: pytest.MonkeyPatch, fake_tg: FakeTelegram) -> None:
+    rt = make(made, tmp_path, llm, redis_url, monkeypatch, fake_tg, voice_cfg(llm, tts=False))
+    add_rule(llm, "play the file", {"content": "done"})
+    sid = send_voice(rt, fake_tg, voice_bytes("play the file"), kind="audio")
+    assert turn_runner.drain_session(rt, sid) == 1
+    assert delivery.deliver_lane(rt, "telegram", str(CHAT))["sent"] == 3  # heard, answer, voice row done empty
+    assert fake_tg.texts(CHAT) == ["🎤 “play the file”", "done"]
+    assert fake_tg.voices_to(CHAT) == []  # no voice.tts: no spoken answer
+    with rt.db.connect() as conn:
+        [voice_row] = conn.execute(OutboxRow.__table__.select().where(OutboxRow.__table__.c.kind == "voice")).mappings()
+    assert voice_row["status"] == "sent" and "voice.tts" in json.dumps(dict(voice_row), default=str)
+
+
+def test_without_stt_the_user_is_told_what_to_configure(made: list, tmp_path: Path, llm: Any, redis_url: str,
+                                                        monkeypatch: pytest.MonkeyPatch, fake_tg: FakeTelegram) -> None:
+    rt = make(made, tmp_path, llm, redis_url, monkeypatch, fake_tg, None)
+    before = len([r for r in llm.requests() if r["path"].endswith("/chat/completions")])
+    sid = send_voice(rt, fake_tg, voice_bytes("hello"))
+    assert turn_runner.drain_session(rt, sid) == 1
+    delivery.deliver_lane(rt, "telegram", str(CHAT))
+    [answer] = fake_tg.texts(CHAT)
+    assert "voice.stt" in answer and "voice message" in answer
+    assert len([r for r in llm.requests() if r["path"].endswith("/chat/completions")]) == before  # no model call
+    assert fake_tg.voices_to(CHAT) == []
+
+
+def test_stt_down_tells_the_user_and_keeps_the_audio(made: list, tmp_path: Path, llm: Any, redis_url: str,
+                                                     monkeypatch: pytest.MonkeyPatch, fake_tg: FakeTelegram,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    down = {"stt": {"base_url": f"http://127.0.0.1:{closed_port()}/v1", "api_key": KEY, "timeout_secs": 5}}
+    rt = make(made, tmp_path, llm, redis_url, monkeypatch, fake_tg, down)
+    data = voice_bytes("remember the milk")
+    sid = send_voice(rt, fake_tg, data)
+    assert turn_runner.drain_session(rt, sid) == 1
+    delivery.deliver_lane(rt, "telegram", str(CHAT))
+    [answer] = fake_tg.texts(CHAT)
+    assert "could not be transcribed" in answer and "could not be reached" in answer and KEY not in answer
+    kept = list((rt.config.home / "voice" / "unheard").iterdir())
+    assert [p.read_bytes() for p in kept] == [data]  # the input is not lost
+    assert kept[0].name in answer
+    assert KEY not in caplog.text
+
+
+def test_an_oversized_voice_message_is_refused_clearly(made: list, tmp_path: Path, llm: Any, redis_url: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    rt = make(made, tmp_path, llm, redis_url, monkeypatch, None, voice_cfg(llm))
+    limit = rt.config.gateway.max_audio_bytes
+    big = [{"type": "text", "text": "listen"}, audio_block("audio/ogg", b"\0" * (limit + 1))]
+    reply = Gateway(rt).submit(InboundMessage(channel="web", chat_id="c1", sender_id="u", content=big))
+    assert reply.kind == "rejected" and reply.code == "too_large" and "gateway.max_audio_bytes" in reply.text
+    assert rt.queue.turns == []  # nothing stored, nothing started
+    two = [audio_block("audio/ogg", b"a"), audio_block("audio/ogg", b"b")]
+    reply = Gateway(rt).submit(InboundMessage(channel="web", chat_id="c1", sender_id="u", content=two))
+    assert reply.code == "bad_content" and "at most one audio block" in reply.text
+    bad = [{"type": "audio", "url": "data:image/png;base64,AAAA"}]
+    reply = Gateway(rt).submit(InboundMessage(channel="web", chat_id="c1", sender_id="u", content=bad))
+    assert reply.code == "bad_content" and "data:audio/" in reply.text
+
+
+def test_a_web_voice_message_is_stored_as_its_transcript(made: list, tmp_path: Path, llm: Any, redis_url: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    rt = make(made, tmp_path, llm, redis_url, monkeypatch, None, voice_cfg(llm, tts=False))
+    add_rule(llm, "book a table", {"content": "Booked."})
+    content = [audio_block("audio/webm", b"\x1aE\xdf\xa3" + b"SAY:book a table\n")]
+    reply = Gateway(rt).submit(InboundMessage(channel="web", chat_id="c2", sender_id="u", content=content))
+    assert reply.kind == "accepted"
+    assert turn_runner.drain_session(rt, reply.session_id) == 1
+    with rt.db.connect() as conn:
+        history = message_store.load_history(conn, reply.session_id)
+    got = json.dumps([m.to_dict() for m in history], ensure_ascii=False)
+    assert "🎤 book a table" in got and "data:audio" not in got and "Booked." in got
+    upload = [r for r in llm.requests() if r["path"].endswith("/audio/transcriptions")][-1]
+    assert upload["body"]["file"]["filename"] == "voice.webm"
+
+
+# ---- hostile config ---------------------------------------------------------------------------
+
+_junk = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True),
+                  st.text(max_size=50), st.text(alphabet="\ud800\udfff\x00 ", max_size=5),
+                  st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+                  st.recursive(st.lists(st.none(), max_size=1), lambda inner: st.lists(inner, max_size=1),
+                               max_leaves=60))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(section=st.sampled_from(["stt", "tts"]),
+       key=st.sampled_from(["base_url", "api_key", "model", "language", "timeout_secs", "max_bytes", "voice",
+                            "format", "max_chars", "bogus"]),
+       value=_junk)
+def test_hostile_voice_config_is_a_key_path_error_or_a_sane_value(section: str, key: str, value: Any) -> None:
+    base = {"base_url": "http://127.0.0.1:9/v1"}
+    try:
+        cfg = Config.model_validate({"voice": {section: {**base, key: value}}})
+    except ConfigError as exc:
+        assert exc.key_path.startswith(f"voice.{section}"), exc.key_path
+        return
+    except Exception as exc:  # pydantic's ValidationError: the loader turns it into a key path
+        from pydantic import ValidationError
+
+        assert isinstance(exc, ValidationError)
+        assert all(e["loc"][:2] == ("voice", section) for e in exc.errors())
+        return
+    part = getattr(cfg.voice, section)
+    assert part.base_url.startswith(("http://", "https://"))
+    for name in ("timeout_secs",):
+        assert math.isfinite(getattr(part, name)) and 0 < getattr(part, name) <= 600
+    assert type(getattr(part, "max_bytes", getattr(part, "max_chars", 1))) is int
+    if part.api_key is not None:
+        assert KEY not in repr(part) and (len(part.api_key) < 8 or part.api_key not in repr(cfg))
+
+
+def test_voice_config_errors_name_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad, path in [({"stt": {"base_url": "ftp://x"}}, "voice.stt.base_url"),
+                      ({"tts": {"base_url": "http://x", "format": "ogg"}}, "voice.tts.format"),
+                      ({"stt": {"base_url": "http://x", "timeout_secs": True}}, "voice.stt.timeout_secs"),
+                      ({"stt": {"base_url": "http://x", "model": "a b"}}, "voice.stt.model"),
+                      ({"stt": {"base_url": "http://x", "language": "english!"}}, "voice.stt.language"),
+                      ({"stt": {}}, "voice.stt.base_url"),
+                      ({"tts": {"base_url": "http://x", "speed": 2}}, "voice.tts.speed")]:
+        (tmp_path / "config.json").write_text(json.dumps({"voice": bad}))
+        monkeypatch.setenv("PICOBOT_HOME", str(tmp_path))
+        with pytest.raises(ConfigError) as caught:
+            load_config()
+        assert caught.value.key_path == path, (bad, caught.value.key_path)
+
+
+def test_the_api_key_is_masked_wherever_the_config_is_shown(tmp_path: Path) -> None:
+    from picobot.config.secrets import masked, secret_values
+
+    cfg = Config.model_validate({"voice": {"stt": {"base_url": "http://x/v1", "api_key": KEY},
+                                           "tts": {"base_url": "http://x/v1", "api_key": KEY}}})
+    assert KEY in secret_values(cfg)
+    assert KEY not in json.dumps(masked(cfg)) and KEY not in repr(cfg)
