@@ -3,7 +3,12 @@
 // for an answer from the gateway or for their turn (each showing its fate).
 
 import { h } from "../dom.js";
-import { LiveTurn, renderStored, userBubble, FINAL } from "./messages.js";
+import { LiveTurn, renderStored, userBubble, speechPlayer, textOf, FINAL, SPOKEN_MARK } from "./messages.js";
+import { api } from "../api.js";
+
+// What the server offers for voice (GET /api/voice), asked once.
+let voice = { tts: false };
+api("/api/voice").then((v) => { voice = v || voice; }).catch(() => {});
 
 const STICK_PX = 120; // "at the bottom" tolerance: follow the stream unless the user scrolled up
 const FIRST_CHUNK = 16; // messages drawn before the first paint: about a screenful of a typical chat
@@ -115,6 +120,12 @@ export class Transcript {
       this.messages.set(msg.id, msg);
       const el = renderStored(msg, this.tools);
       this.rendered.set(msg.id, el);
+      if (msg.role === "user") this.spoke = textOf(msg.content).startsWith(SPOKEN_MARK);
+      else if (this.spoke && el && msg.role === "assistant" && !msg.marker && !(msg.tool_calls || []).length
+        && textOf(msg.content).trim()) {
+        this.spoke = false; // the answer to a voice message: it can be heard too
+        if (voice.tts) el.append(speechPlayer(msg.id));
+      }
       if (el) frag.append(el);
       this.lastPosition = Math.max(this.lastPosition, msg.position);
     }
