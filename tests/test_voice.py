@@ -337,3 +337,19 @@ def test_the_api_key_is_masked_wherever_the_config_is_shown(tmp_path: Path) -> N
                                            "tts": {"base_url": "http://x/v1", "api_key": KEY}}})
     assert KEY in secret_values(cfg)
     assert KEY not in json.dumps(masked(cfg)) and KEY not in repr(cfg)
+
+
+# ---- WeChat: iLink sends its own transcript ---------------------------------------------------
+
+
+def test_a_wechat_voice_item_is_its_transcript_marked_as_heard(tmp_path: Path) -> None:
+    from picobot.channels.wechat.config import WeChatConfig
+    from picobot.channels.wechat.inbound import to_inbound
+
+    said = {"message_id": "77", "from_user_id": "u@im.wechat", "message_type": 1, "context_token": "c",
+            "item_list": [{"type": 3, "voice_item": {"encode_type": 6, "playtime": 2000, "text": "call mum"}}]}
+    [inbound] = to_inbound({"message": said}, WeChatConfig(), "wechat", tmp_path)
+    assert inbound.content == "🎤 call mum"
+    silent = {**said, "message_id": "78", "item_list": [{"type": 3, "voice_item": {"encode_type": 6}}]}
+    [inbound] = to_inbound({"message": silent}, WeChatConfig(), "wechat", tmp_path)
+    assert inbound.content.startswith("🎤 [voice message without a transcript")
