@@ -353,3 +353,50 @@ def test_a_wechat_voice_item_is_its_transcript_marked_as_heard(tmp_path: Path) -
     silent = {**said, "message_id": "78", "item_list": [{"type": 3, "voice_item": {"encode_type": 6}}]}
     [inbound] = to_inbound({"message": silent}, WeChatConfig(), "wechat", tmp_path)
     assert inbound.content.startswith("🎤 [voice message without a transcript")
+
+
+# ---- /stop ------------------------------------------------------------------------------------
+
+
+def test_stop_cuts_a_transcription_in_flight(llm: Any) -> None:
+    import threading
+
+    from picobot.domain.cancel import CancelToken
+
+    stt = SttConfig(base_url=llm.openai_url, api_key=KEY, timeout_secs=120)
+    cancel = CancelToken()
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(transcribe(stt, AudioClip(voice_bytes("WAIT 600000 too late"), "audio/ogg"), cancel=cancel))
+        except VoiceError as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    from tests.stack import wait_for
+
+    wait_for(lambda: any(r["path"].endswith("/audio/transcriptions") for r in llm.requests()), 30,
+             "the transcription never reached the server")
+    cancel.cancel()
+    worker.join(120)  # the server would answer in ten minutes
+    assert not worker.is_alive()
+    [result] = outcome  # ended by /stop, not by the server's answer
+    assert isinstance(result, VoiceError) and str(result) == "stopped"
+
+
+def test_a_turn_stopped_while_hearing_ends_stopped_without_a_model_call(made: list, tmp_path: Path, llm: Any,
+                                                                        redis_url: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from picobot.domain.cancel import CancelToken
+    from picobot.runtime.audio_input import hear
+    from picobot.plugins.types import StageContext
+
+    rt = make(made, tmp_path, llm, redis_url, monkeypatch, None, voice_cfg(llm, tts=False))
+    cancel = CancelToken()
+    cancel.cancel()
+    content, why = hear(rt, StageContext("web:c:default", "web", "c", "u", "t1"),
+                        [audio_block("audio/ogg", voice_bytes("never heard"))], cancel)
+    assert why == "stopped" and content == "🎤 [voice message, not transcribed]"
+    assert not [r for r in llm.requests() if r["path"].endswith("/audio/transcriptions")]

@@ -136,10 +136,10 @@ def picobot_history_prefix(ctx, history, compacted, ports) -> list[Any] | None:
 
 
 @hookspec(firstresult=True)
-def picobot_transcribe(ctx, audio, ports) -> Any:
+def picobot_transcribe(ctx, audio, ports, cancel) -> Any:
     """A turn's input holds a voice message (`audio`: an AudioClip). In the worker, before the turn: return a
     `Transcript` with `text` (it replaces the audio in the stored input) or `error` (the turn answers it, no
-    model call). None: not this plugin's to hear."""
+    model call). None: not this plugin's to hear. `cancel`: the turn's CancelToken (/stop), or None."""
 
 
 @hookspec(firstresult=True)

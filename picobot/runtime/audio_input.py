@@ -15,7 +15,7 @@ NOBODY_HEARS = "This is a voice message, but no plugin here transcribes voice me
 UNREADABLE = "The voice message could not be read (not base64 audio)."
 
 
-def hear(rt: Any, stage: StageContext, content: Content) -> tuple[Content, str | None]:
+def hear(rt: Any, stage: StageContext, content: Content, cancel: Any = None) -> tuple[Content, str | None]:
     """(content with its audio replaced by text, why it was not heard or None). Content without audio: unchanged."""
     if not has_audio(content):
         return content, None
@@ -32,7 +32,8 @@ def hear(rt: Any, stage: StageContext, content: Content) -> tuple[Content, str |
             blocks.append({"type": "text", "text": f"{SPOKEN_MARK}[voice message, not transcribed]"})
             continue
         mime, data = parsed
-        found = rt.plugins.first("picobot_transcribe", ctx=stage, audio=AudioClip(data=data, mime=mime), ports=rt)
+        found = rt.plugins.first("picobot_transcribe", ctx=stage, audio=AudioClip(data=data, mime=mime), ports=rt,
+                                 cancel=cancel)
         if isinstance(found, Transcript) and isinstance(found.text, str) and found.text.strip():
             blocks.append({"type": "text", "text": SPOKEN_MARK + found.text.strip()})
         else:

@@ -246,12 +246,14 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
     stage = _stage(session_id, claimed)
     contents, unheard = [], None
     for row in claimed.rows:  # a voice message becomes its transcript before anything sees it
-        content, why = hear(rt, stage, row.content)
+        content, why = hear(rt, stage, row.content, cancel)
         claimed.spoken = claimed.spoken or content is not row.content
         unheard = unheard or why
         contents.append(content)
         new.append(ChatMessage(role="user", content=content))
         controller.user(row.seq, content)
+    if cancel.cancelled:  # /stop while a voice message was being heard
+        return LoopResult(messages=new, usage=Usage(), status="cancelled")
     if unheard is not None:  # not heard (no speech-to-text, its server down): the user is told, no model call
         claimed.spoken = False  # that notice is not spoken
         return _answered(new, controller, unheard)

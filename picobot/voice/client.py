@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from typing import Any
 
 import httpx
@@ -81,8 +82,10 @@ def _refused(what: str, response: httpx.Response, api_key: str | None) -> VoiceE
                       transient=transient)
 
 
-def transcribe(cfg: Any, audio: AudioClip, client: httpx.Client | None = None) -> str:
-    """The text of `audio` (stripped; may be empty when nothing was said). Raises VoiceError."""
+def transcribe(cfg: Any, audio: AudioClip, client: httpx.Client | None = None, cancel: Any = None) -> str:
+    """The text of `audio` (stripped; may be empty when nothing was said). Raises VoiceError.
+
+    `cancel` (a CancelToken: /stop) closes the connection of a transcription in flight."""
     if len(audio.data) > cfg.max_bytes:
         raise VoiceError(f"the voice message has {len(audio.data)} bytes; the limit is {cfg.max_bytes} "
                          "(voice.stt.max_bytes)", transient=False)
@@ -95,9 +98,15 @@ def transcribe(cfg: Any, audio: AudioClip, client: httpx.Client | None = None) -
     own = client is None
     http = client or httpx.Client(timeout=httpx.Timeout(cfg.timeout_secs, connect=min(cfg.timeout_secs, 10.0)),
                                   follow_redirects=False)
+
+    def post() -> httpx.Response:
+        return http.post(_endpoint(cfg.base_url, "/audio/transcriptions"), data=fields, files=files,
+                         headers=_headers(cfg.api_key))
+
     try:
-        response = http.post(_endpoint(cfg.base_url, "/audio/transcriptions"), data=fields, files=files,
-                             headers=_headers(cfg.api_key))
+        response = post() if cancel is None else _unless_stopped(post, cancel)
+    except VoiceError:
+        raise
     except Exception as exc:
         raise _failure("speech-to-text", exc, cfg.api_key) from None
     finally:
@@ -106,6 +115,35 @@ def transcribe(cfg: Any, audio: AudioClip, client: httpx.Client | None = None) -
     if response.status_code >= 400:
         raise _refused("speech-to-text", response, cfg.api_key)
     return _transcript_text(response)[:MAX_TRANSCRIPT_CHARS].strip()
+
+
+def _unless_stopped(call: Any, cancel: Any) -> Any:
+    """`call()` in a thread of its own, given up (VoiceError "stopped") as soon as `cancel` is set: a blocking
+    HTTP read cannot be interrupted, so /stop leaves it to end by its timeout and answers at once."""
+    if cancel.cancelled:
+        raise VoiceError("stopped", transient=False)
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    forget = cancel.on_cancel(done.set)
+    try:
+        threading.Thread(target=run, name="picobot-stt", daemon=True).start()
+        done.wait()
+    finally:
+        forget()
+    if "value" not in box and "error" not in box:
+        raise VoiceError("stopped", transient=False)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _transcript_text(response: httpx.Response) -> str:

@@ -25,7 +25,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 class VoicePlugin:
     @hookimpl
-    def picobot_transcribe(self, ctx: Any, audio: AudioClip, ports: Any) -> Transcript:
+    def picobot_transcribe(self, ctx: Any, audio: AudioClip, ports: Any, cancel: Any) -> Transcript:
         from picobot.voice.client import VoiceError, transcribe
 
         stt = ports.config.voice.stt
@@ -33,8 +33,10 @@ class VoicePlugin:
             return Transcript(error=NO_STT)
         started = time.monotonic()
         try:
-            text = transcribe(stt, audio)
+            text = transcribe(stt, audio, cancel=cancel)
         except VoiceError as exc:
+            if cancel is not None and cancel.cancelled:
+                return Transcript(error="stopped")
             kept = _keep(ports.config.home, ctx, audio)
             log.warning("voice message of %s not transcribed (%s bytes): %s", ctx.session_id, len(audio.data), exc)
             where = f" It is kept as {kept}." if kept else ""

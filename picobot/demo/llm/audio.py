@@ -3,7 +3,8 @@
 Transcription is deterministic: the uploaded bytes may carry a marker `SAY:<text>` (up to a NUL or a
 newline, at most 2,000 bytes of UTF-8), and the transcript is that text; without one it is
 "voice message of <n> bytes". `response_format` json (default), verbose_json and text are served in
-OpenAI's shapes. A transcript `FAIL <status>` answers that HTTP status instead (a test's outage).
+OpenAI's shapes. A transcript `FAIL <status>` answers that HTTP status instead (a test's outage);
+`WAIT <ms> <text>` answers `<text>` after that many milliseconds (a slow server, for /stop).
 
 Speech is real audio made without an encoder: `opus` (the default) is a valid Ogg Opus stream of
 silence (20 ms CELT frames, one per 60 characters of input, at least 5, at most 1,500), `wav` a PCM
@@ -25,6 +26,7 @@ PRE_SKIP = 312
 SILENT_FRAME = b"\xf8\xff\xfe"  # TOC: CELT-only fullband 20 ms mono, one frame; payload: silence
 _MARKER = re.compile(rb"SAY:([^\x00\n]{1,2000})")
 _FAIL = re.compile(r"FAIL (\d{3})")
+_WAIT = re.compile(r"WAIT (\d{1,6}) (.+)", re.S)
 
 
 def multipart(body: bytes, ctype: str) -> dict[str, Any]:
@@ -52,6 +54,12 @@ def transcript_of(data: bytes) -> str:
     if found:
         return found.group(1).decode("utf-8", "replace").strip()
     return f"voice message of {len(data)} bytes"
+
+
+def delay_of(transcript: str) -> tuple[float, str]:
+    """(seconds to wait, the transcript) of a `WAIT <ms> <text>` transcript; (0, transcript) otherwise."""
+    m = _WAIT.fullmatch(transcript)
+    return (min(int(m.group(1)), 600_000) / 1000, m.group(2)) if m else (0.0, transcript)
 
 
 def failure_of(transcript: str) -> int | None:

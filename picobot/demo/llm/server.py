@@ -201,7 +201,9 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(fields.get("model"), str) or not fields["model"]:
             self._send_json(400, wire_openai.error_body(400, "model is required", "invalid_request_error"))
             return
-        text = audio.transcript_of(upload["data"])
+        delay, text = audio.delay_of(audio.transcript_of(upload["data"]))
+        if delay and self.server.stopping.wait(delay):
+            return
         status = audio.failure_of(text)
         if status is not None:
             self._send_json(status, wire_openai.error_body(status, f"fake transcription failure {status}", None))
