@@ -74,13 +74,12 @@ def runtime(tmp_path: Path, llm: Any, redis_url: str, monkeypatch: pytest.Monkey
     return build_runtime(load_config(), RecordingQueue(), migrate=True)  # type: ignore[arg-type]
 
 
-def voice_cfg(llm: Any, stt: bool = True, tts: bool = True, **over: Any) -> dict[str, Any]:
+def voice_cfg(llm: Any, stt: bool = True, tts: bool = True, tts_keys: dict[str, Any] | None = None) -> dict[str, Any]:
     cfg: dict[str, Any] = {}
     if stt:
-        cfg["stt"] = {"base_url": llm.openai_url, "api_key": KEY, "model": "whisper-1", **over.get("stt", {})}
+        cfg["stt"] = {"base_url": llm.openai_url, "api_key": KEY, "model": "whisper-1"}
     if tts:
-        cfg["tts"] = {"base_url": llm.openai_url, "api_key": KEY, "model": "tts-1", "voice": "alloy",
-                      **over.get("tts", {})}
+        cfg["tts"] = {"base_url": llm.openai_url, "api_key": KEY, "model": "tts-1", "voice": "alloy", **(tts_keys or {})}
     return cfg
 
 
@@ -400,3 +399,76 @@ def test_a_turn_stopped_while_hearing_ends_stopped_without_a_model_call(made: li
                         [audio_block("audio/ogg", voice_bytes("never heard"))], cancel)
     assert why == "stopped" and content == "🎤 [voice message, not transcribed]"
     assert not [r for r in llm.requests() if r["path"].endswith("/audio/transcriptions")]
+
+
+def test_speech_in_another_format_goes_as_an_audio_file_without_ffmpeg(made: list, tmp_path: Path, llm: Any,
+                                                                       redis_url: str,
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       fake_tg: FakeTelegram) -> None:
+    empty = tmp_path / "no-ffmpeg"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no ffmpeg to convert with
+    rt = make(made, tmp_path, llm, redis_url, monkeypatch, fake_tg, voice_cfg(llm, tts_keys={"format": "mp3"}))
+    add_rule(llm, "say it in mp3", {"content": "Here it is."})
+    sid = send_voice(rt, fake_tg, voice_bytes("say it in mp3"))
+    assert turn_runner.drain_session(rt, sid) == 1
+    assert delivery.deliver_lane(rt, "telegram", str(CHAT))["sent"] == 3
+    [sent] = fake_tg.voices_to(CHAT)
+    assert sent["kind"] == "audio" and sent["data"].startswith(b"RIFF") and sent["content_type"] == "audio/wav"
+
+
+def test_speech_that_keeps_failing_is_given_up_and_the_text_went_anyway(made: list, tmp_path: Path, llm: Any,
+                                                                        redis_url: str,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        fake_tg: FakeTelegram) -> None:
+    voice = voice_cfg(llm)
+    voice["tts"]["base_url"] = f"http://127.0.0.1:{closed_port()}/v1"
+    rt = make(made, tmp_path, llm, redis_url, monkeypatch, fake_tg, voice)
+    add_rule(llm, "speak up", {"content": "I cannot."})
+    sid = send_voice(rt, fake_tg, voice_bytes("speak up"))
+    assert turn_runner.drain_session(rt, sid) == 1
+    delivery.deliver_lane(rt, "telegram", str(CHAT))
+    assert fake_tg.texts(CHAT) == ["🎤 “speak up”", "I cannot."]
+    table = OutboxRow.__table__
+    for _ in range(5):  # each retry of the voice row, due at once
+        with rt.db.begin() as conn:
+            conn.execute(table.update().where(table.c.kind == "voice", table.c.status == "pending")
+                         .values(next_attempt_at=None))
+        delivery.deliver_lane(rt, "telegram", str(CHAT))
+    with rt.db.connect() as conn:
+        [row] = conn.execute(table.select().where(table.c.kind == "voice")).mappings()
+    assert row["status"] == "failed" and row["attempts"] <= 3 and "could not be reached" in row["last_error"]
+    assert KEY not in row["last_error"] and fake_tg.voices_to(CHAT) == []
+
+
+# ---- hostile audio blocks through the gateway ---------------------------------------------------
+
+_b64 = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=", max_size=40)
+_audio_url = st.one_of(
+    st.builds(lambda t, p: f"data:audio/{t};base64,{p}", st.text(max_size=12), _b64),
+    st.builds(lambda p: f"data:image/png;base64,{p}", _b64), st.text(max_size=30),
+    st.just("data:audio/ogg;base64,"), st.just("data:audio/ogg;base64,AAA"), st.just("data:audio/ogg,AAAA"),
+    st.text(alphabet="\ud800\udfff\x00", max_size=4), st.none(), st.integers(), st.floats(allow_nan=True),
+    st.lists(st.none(), max_size=2), st.recursive(st.none(), lambda x: st.lists(x, max_size=1), max_leaves=50))
+_block = st.one_of(st.fixed_dictionaries({"type": st.just("audio"), "url": _audio_url}),
+                   st.fixed_dictionaries({"type": st.just("audio")}),
+                   st.just({"type": "text", "text": "hi"}))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(blocks=st.lists(_block, min_size=1, max_size=4))
+def test_hostile_audio_blocks_are_refused_clearly_or_stored_whole(made: list, tmp_path: Path, llm: Any,
+                                                                  redis_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                                  blocks: list) -> None:
+    from picobot.domain.audio import audio_of
+
+    rt = made[0] if made else make(made, tmp_path, llm, redis_url, monkeypatch, None, voice_cfg(llm))
+    before = len(rt.queue.turns)
+    reply = Gateway(rt).submit(InboundMessage(channel="web", chat_id="hostile", sender_id="u", content=blocks))
+    audios = [b for b in blocks if b.get("type") == "audio"]
+    if reply.kind == "rejected":
+        assert reply.code in ("bad_content", "too_large", "rate_limited") and reply.text
+        assert len(rt.queue.turns) == before  # nothing stored, nothing started
+        return
+    assert len(audios) <= 1 and all(audio_of(b["url"]) is not None for b in audios)
