@@ -252,7 +252,7 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
         contents.append(content)
         new.append(ChatMessage(role="user", content=content))
         controller.user(row.seq, content)
-    if cancel.cancelled:  # /stop while a voice message was being heard
+    if claimed.spoken and cancel.cancelled:  # /stop while a voice message was being heard
         return LoopResult(messages=new, usage=Usage(), status="cancelled")
     if unheard is not None:  # not heard (no speech-to-text, its server down): the user is told, no model call
         claimed.spoken = False  # that notice is not spoken
