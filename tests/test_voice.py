@@ -55,10 +55,10 @@ def closed_port() -> int:
 
 
 def runtime(tmp_path: Path, llm: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch, fake_tg: FakeTelegram | None,
-            voice: dict[str, Any] | None) -> Runtime:
+            voice: dict[str, Any] | None, **gateway: Any) -> Runtime:
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    cfg = base_config(llm.url, 1)
+    cfg = base_config(llm.url, 1, **gateway)
     cfg["memory"] = {"enabled": False}
     cfg["titles"] = {"enabled": False}
     if fake_tg is not None:
@@ -101,8 +101,8 @@ def made(tmp_path: Path, llm: Any, redis_url: str, monkeypatch: pytest.MonkeyPat
 
 
 def make(made: list[Runtime], tmp_path: Path, llm: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch,
-         fake_tg: FakeTelegram | None, voice: dict[str, Any] | None) -> Runtime:
-    rt = runtime(tmp_path, llm, redis_url, monkeypatch, fake_tg, voice)
+         fake_tg: FakeTelegram | None, voice: dict[str, Any] | None, **gateway: Any) -> Runtime:
+    rt = runtime(tmp_path, llm, redis_url, monkeypatch, fake_tg, voice, **gateway)
     made.append(rt)
     return rt
 
@@ -260,6 +260,23 @@ def test_an_oversized_voice_message_is_refused_clearly(made: list, tmp_path: Pat
     bad = [{"type": "audio", "url": "data:image/png;base64,AAAA"}]
     reply = Gateway(rt).submit(InboundMessage(channel="web", chat_id="c1", sender_id="u", content=bad))
     assert reply.code == "bad_content" and "data:audio/" in reply.text
+
+
+def test_a_telegram_voice_message_over_the_limit_is_refused_with_a_notice(made: list, tmp_path: Path, llm: Any,
+                                                                          redis_url: str,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          fake_tg: FakeTelegram) -> None:
+    rt = make(made, tmp_path, llm, redis_url, monkeypatch, fake_tg, voice_cfg(llm), max_audio_bytes=200)
+    file_id = fake_tg.add_file(voice_bytes("a long story"), path="voice/long.oga")
+    update = fake_tg.message(chat_id=CHAT, text=None, queue=False, voice={"file_id": file_id, "file_unique_id": "l1",
+                                                                         "duration": 60, "mime_type": "audio/ogg"})
+    assert intake.accept(rt, "telegram", update) == intake.RECORDED
+    assert events.process(rt, rt.queue.events[-1]) == "done"
+    assert rt.queue.turns == []  # refused before anything was stored
+    delivery.deliver_lane(rt, "telegram", str(CHAT))
+    [notice] = fake_tg.texts(CHAT)
+    assert "gateway.max_audio_bytes" in notice and "200" in notice
+    assert not [r for r in llm.requests() if r["path"].endswith("/audio/transcriptions")]
 
 
 def test_a_web_voice_message_is_stored_as_its_transcript(made: list, tmp_path: Path, llm: Any, redis_url: str,
