@@ -489,3 +489,14 @@ def test_hostile_audio_blocks_are_refused_clearly_or_stored_whole(made: list, tm
         assert len(rt.queue.turns) == before  # nothing stored, nothing started
         return
     assert len(audios) <= 1 and all(audio_of(b["url"]) is not None for b in audios)
+
+
+def test_the_fake_transcribes_in_each_openai_shape(llm: Any) -> None:
+    files = {"file": ("v.ogg", voice_bytes("in every shape"), "audio/ogg")}
+    for fmt, check in [("json", lambda r: r.json() == {"text": "in every shape"}),
+                       ("text", lambda r: r.text == "in every shape" and r.headers["content-type"].startswith("text/")),
+                       ("verbose_json", lambda r: r.json()["text"] == "in every shape" and "segments" in r.json())]:
+        r = httpx.post(f"{llm.openai_url}/audio/transcriptions", data={"model": "whisper-1", "response_format": fmt},
+                       files=files)
+        assert r.status_code == 200 and check(r), (fmt, r.text)
+    assert httpx.post(f"{llm.openai_url}/audio/transcriptions", data={"model": "m"}).status_code == 400

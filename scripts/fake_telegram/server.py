@@ -8,8 +8,9 @@
     fake.rewind()                                      # forget every confirmation (Telegram after a crash of ours)
     fake.fail(status=429, retry_after=2, times=3, method="sendMessage")   # the next 3 sendMessage calls
     fake.hold(True) / fake.held / fake.hold(False)     # sendMessage waits: a delivery caught mid-flight
-    fake.add_file(b"...", "photos/file_1.jpg") -> file_id
+    fake.add_file(b"...", "photos/file_1.jpg") -> file_id      # served by getFile + /file/bot<token>/<path>
     fake.wait_sent(n, chat_id), fake.sent_to(chat_id), fake.calls
+    fake.wait_voices(n, chat_id), fake.voices_to(chat_id)      # sendVoice (Ogg Opus only) / sendAudio uploads
     fake.stop()
 
 The control API over HTTP (for `python -m scripts.fake_telegram` and other processes):
