@@ -500,3 +500,13 @@ def test_the_fake_transcribes_in_each_openai_shape(llm: Any) -> None:
                        files=files)
         assert r.status_code == 200 and check(r), (fmt, r.text)
     assert httpx.post(f"{llm.openai_url}/audio/transcriptions", data={"model": "m"}).status_code == 400
+
+
+def test_health_says_what_voice_has(made: list, tmp_path: Path, llm: Any, redis_url: str,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from picobot.runtime.health import check_health
+
+    rt = make(made, tmp_path, llm, redis_url, monkeypatch, None, voice_cfg(llm, stt=False))
+    entry = check_health(rt)["checks"]["voice"]
+    assert entry["ok"] is True and entry["stt"] is False and entry["tts"] is True and entry["tts_format"] == "opus"
+    assert KEY not in json.dumps(entry)
