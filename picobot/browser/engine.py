@@ -63,7 +63,7 @@ def chromium_problem(path: str) -> str | None:
 def chromium_args(max_page_memory_mb: int, extra: list[str]) -> list[str]:
     """Flags for every Chromium we launch: bounded page memory, no /dev/shm (small in containers), no
     background traffic of Chromium's own."""
-    return ["--disable-dev-shm-usage", f"--js-flags=--max-old-space-size={max_page_memory_mb}",
+    return ["--disable-dev-shm-usage", "--disable-gpu", f"--js-flags=--max-old-space-size={max_page_memory_mb}",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--no-first-run", "--disable-features=DnsOverHttps", *extra]
 
@@ -278,6 +278,8 @@ class BrowserEngine:
     # --- shutdown ---------------------------------------------------------------------------
 
     async def _close_all(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
         for key in list(self._slots):
             await self.close_slot(key)
         if self._browser is not None:

@@ -28,12 +28,17 @@ def parse_request(body: dict[str, Any]) -> RequestView:
         c.get("id"): (c.get("function") or {}).get("name", "")
         for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []
     }
+    # A user message right after tool results carries their images (a tool message holds text only):
+    # it belongs to the results, not to what the user said.
+    images = {i for i, m in enumerate(messages) if m.get("role") == "user" and i and messages[i - 1].get("role") == "tool"}
+    said = [m for i, m in enumerate(messages) if i not in images]
     tool_results: list[tuple[str, str]] = []
-    for m in reversed(messages):
+    for m in reversed(said):
         if m.get("role") != "tool":
             break
         tool_results.insert(0, (call_names.get(m.get("tool_call_id"), m.get("name") or "tool"), _text(m.get("content"))))
-    user_texts = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
+    user_texts = [_text(m.get("content")) for m in said if m.get("role") == "user"]
+    messages = said
     return RequestView(
         model=str(body.get("model") or "fake-model"),
         stream=bool(body.get("stream")),
