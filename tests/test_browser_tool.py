@@ -341,6 +341,37 @@ def test_stop_during_a_slow_page_cancels_and_closes_the_turns_context(engine: Br
     site.release.clear()
 
 
+def test_stop_after_a_browser_call_closes_the_context_the_turn_used(engine: BrowserEngine, site: Site,
+                                                                     tmp_path: Path) -> None:
+    ctx = ctx_for(tmp_path, "web:c1:later")
+    BrowserTool(engine).execute({"action": "navigate", "url": f"{site.base}/b"}, ctx)
+    assert engine.is_open("session:web:c1:later")
+    ctx.cancel.cancel()  # /stop while the turn does something else
+    wait_for(lambda: not engine.is_open("session:web:c1:later"), 15, "the stopped turn's context stayed open")
+
+
+def test_tool_images_reach_openai_as_a_user_message_after_the_results(tmp_path: Path) -> None:
+    from picobot.domain.messages import ChatMessage
+    from picobot.providers.anthropic_provider import to_anthropic_messages
+    from picobot.providers.openai_provider import to_openai_messages
+
+    png = tmp_path / "shot.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + b"0" * 16)
+    media = {"type": "media", "path": str(png), "mime": "image/png"}
+    messages = [ChatMessage("user", "look"),
+                ChatMessage("assistant", "", tool_calls=[ToolCall("a", "browser", "{}"), ToolCall("b", "clock", "{}")]),
+                ChatMessage("tool", [{"type": "text", "text": "Screenshot saved"}, media], tool_call_id="a"),
+                ChatMessage("tool", "12:00", tool_call_id="b"),
+                ChatMessage("assistant", "done")]
+    wire = to_openai_messages(messages)
+    assert [m["role"] for m in wire] == ["user", "assistant", "tool", "tool", "user", "assistant"]
+    assert wire[2]["content"] == "Screenshot saved"
+    assert wire[4]["content"][1]["image_url"]["url"].startswith("data:image/png;base64,iVBORw0KGgo")
+    _, anthropic = to_anthropic_messages(messages, "anthropic")
+    result = anthropic[2]["content"][0]
+    assert result["type"] == "tool_result" and result["content"][1]["type"] == "image"
+
+
 def test_an_idle_context_is_closed(site: Site, tmp_path: Path) -> None:
     engine = make_engine(tmp_path / "home", idle_close_secs=0.5)
     try:

@@ -73,22 +73,16 @@ class BrowserTool(Tool):
             return "Closed the browser." if closed else "No browser was open."
         step = self._step(action, args, ctx)
         before = len(self.engine.guard.refused)
-        unregister = ctx.cancel.on_cancel(lambda: self._stopped(key, profile))
+        if not profile:  # kept for the rest of the turn: /stop then closes the context this turn used
+            ctx.cancel.on_cancel(lambda: self.engine.submit(self.engine.close_slot(key)))
         try:
             text, image = self.engine.run(self.engine.use(ctx.session_id, profile, ctx.workspace, step), ctx.cancel)
         except (ToolError, TurnCancelled):
             raise
         except Exception as exc:  # Playwright's errors: a page error the model can read
             raise ToolError(self._page_error(exc, before)) from None
-        finally:
-            unregister()
         text += self._refused_note(before)
         return ToolOutput(text, (str(image),)) if image is not None else text
-
-    def _stopped(self, key: str, profile: str | None) -> None:
-        """/stop: close what the turn opened (the dialog's temporary context; a profile stays)."""
-        if not profile:
-            self.engine.submit(self.engine.close_slot(key))
 
     def _step(self, action: str, args: dict[str, Any], ctx: ToolContext) -> Any:
         max_chars = self.engine.cfg.max_text_chars
