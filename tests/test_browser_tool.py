@@ -91,6 +91,7 @@ PAGES = {
 <script>document.addEventListener('keydown', e => document.getElementById('k').textContent = 'pressed ' + e.key);</script>""",
     "/late": """<title>Late</title><script>setTimeout(() => document.body.append('ready now'), 300);</script>""",
     "/setcookie": "<title>Set</title><p>cookie set</p>",
+    "/files": "<title>Files</title><a href='/file?kb=4'>small</a> <a href='/file?kb=2048'>big</a>",
     "/showcookie": "<title>Show</title><script>document.write('cookie=' + document.cookie)</script>",
 }
 
@@ -123,6 +124,10 @@ class _Page(BaseHTTPRequestHandler):
             except threading.BrokenBarrierError:
                 word = "alone"
             return self._send(200, f"<title>T</title><p>{word}</p>".encode())
+        if path == "/file":
+            kb = int(self.path.split("kb=", 1)[1])
+            return self._send(200, b"x" * (kb * 1024), [("Content-Disposition", f'attachment; filename="data-{kb}.bin"'),
+                                                       ("Content-Type", "application/octet-stream")])
         if path == "/setcookie":
             return self._send(200, PAGES[path].encode(), [("Set-Cookie", "kept=yes; Max-Age=3600; Path=/")])
         if path in PAGES:
@@ -131,7 +136,8 @@ class _Page(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes, headers: list[tuple[str, str]] = ()) -> None:  # type: ignore[assignment]
         self.send_response(status)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
+        if not any(k == "Content-Type" for k, _ in headers):
+            self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
         for k, v in headers:
             self.send_header(k, v)
@@ -245,6 +251,22 @@ def test_close_ends_the_dialogs_context(engine: BrowserEngine, site: Site, tmp_p
     assert tool.execute({"action": "close"}, ctx) == "Closed the browser."
     assert not engine.is_open("session:web:c1:close-me")
     assert tool.execute({"action": "close"}, ctx) == "No browser was open."
+
+
+def test_downloads_go_to_the_workspace_up_to_the_size_limit(site: Site, tmp_path: Path) -> None:
+    engine = make_engine(tmp_path / "home", max_download_mb=1)
+    ctx, tool = ctx_for(tmp_path), BrowserTool(engine)
+    try:
+        tool.execute({"action": "navigate", "url": f"{site.base}/files"}, ctx)
+        tool.execute({"action": "click", "selector": "text=small"}, ctx)
+        small = ctx.workspace / "downloads" / "data-4.bin"
+        wait_for(small.exists, 20, "the download was not saved")
+        tool.execute({"action": "click", "selector": "text=big"}, ctx)
+        wait_for(lambda: "larger than 1 MB" in tool.execute({"action": "snapshot"}, ctx), 20, "no note on the big file")
+        assert small.stat().st_size == 4096
+        assert not (ctx.workspace / "downloads" / "data-2048.bin").exists()
+    finally:
+        engine.close()
 
 
 # --- the network guard -----------------------------------------------------------------------------------

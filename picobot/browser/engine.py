@@ -163,7 +163,14 @@ class BrowserEngine:
                 await self._prepare(slot)
                 self._slots[key] = slot
                 self._start_reaper()
+            self._opening.pop(key, None)
         return self._slots[key]
+
+    def _forget(self, slot: Slot) -> None:
+        """A context closed under us (its Chromium crashed or exited): the next call opens a new one."""
+        if self._slots.get(slot.key) is slot:
+            del self._slots[slot.key]
+            unlock(slot.lock_file)
 
     def _context_options(self) -> dict[str, Any]:
         return {"service_workers": "block", "accept_downloads": True, "viewport": VIEWPORT}
@@ -210,6 +217,7 @@ class BrowserEngine:
         await ctx.route("**/*", self.guard.route)
         await ctx.route_web_socket("**/*", self.guard.route_web_socket)
         ctx.on("download", lambda d: asyncio.ensure_future(self._download(slot, d)))
+        ctx.on("close", lambda _ctx: self._forget(slot))
         if slot.page is None and ctx.pages:
             slot.page = ctx.pages[0]  # a persistent context opens with a page
 
@@ -271,7 +279,8 @@ class BrowserEngine:
             if not slot.lock.locked() and now - slot.last_used >= self.cfg.idle_close_secs:
                 log.info("closing idle browser context %s", key)
                 await self.close_slot(key)
-        if self._browser is not None and not any(k.startswith("session:") for k in self._slots):
+        opening = any(lock.locked() for lock in self._opening.values())  # a context being made needs it
+        if self._browser is not None and not opening and not any(k.startswith("session:") for k in self._slots):
             browser, self._browser = self._browser, None
             await browser.close()
 
