@@ -394,6 +394,20 @@ def test_tool_images_reach_openai_as_a_user_message_after_the_results(tmp_path: 
     assert result["type"] == "tool_result" and result["content"][1]["type"] == "image"
 
 
+def test_an_action_is_bounded_by_the_action_timeout(site: Site, tmp_path: Path) -> None:
+    engine = make_engine(tmp_path / "home", action_timeout_secs=1)
+    ctx, tool = ctx_for(tmp_path), BrowserTool(engine)
+    try:
+        site.slow_started.clear()
+        with pytest.raises(ToolError, match=r"1 s \(browser.action_timeout_secs\)|Timeout 1000ms exceeded"):
+            tool.execute({"action": "navigate", "url": f"{site.base}/slow"}, ctx)
+        site.release.set()
+        assert "this is page B" in tool.execute({"action": "navigate", "url": f"{site.base}/b"}, ctx)
+    finally:
+        site.release.clear()
+        engine.close()
+
+
 def test_an_idle_context_is_closed(site: Site, tmp_path: Path) -> None:
     engine = make_engine(tmp_path / "home", idle_close_secs=0.5)
     try:

@@ -43,6 +43,7 @@ DEFAULT_CHROMIUM = "/usr/bin/chromium"
 INSTALL_HINT = "install it with scripts/install-browser (or: apt-get install chromium), or set browser.executable"
 VIEWPORT = {"width": 1280, "height": 800}
 _GRACE_SECS = 2.0  # on top of an action's timeout, for the loop to deliver its own timeout
+LAUNCH_SECS = 60.0  # the longest Playwright and a Chromium may take to start (not counted in an action's time)
 
 
 class BrowserUnavailable(ToolError):
@@ -111,14 +112,14 @@ class BrowserEngine:
                 self._thread.start()
             return self._loop
 
-    def run(self, coro: Coroutine[Any, Any, T], cancel: CancelToken | None = None,
-            timeout: float | None = None) -> T:
-        """The coroutine's result, run on the loop; ToolError after the action timeout, TurnCancelled on /stop."""
-        limit = self.cfg.action_timeout_secs if timeout is None else timeout
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, limit), self._ensure_loop())
+    def run(self, coro: Coroutine[Any, Any, T], cancel: CancelToken | None = None) -> T:
+        """The coroutine's result, run on the loop; ToolError after the action timeout (plus the time a
+        Chromium may take to start), TurnCancelled on /stop."""
+        limit = self.cfg.action_timeout_secs
+        future = asyncio.run_coroutine_threadsafe(coro, self._ensure_loop())
         unregister = cancel.on_cancel(future.cancel) if cancel is not None else (lambda: None)
         try:
-            return future.result(limit + _GRACE_SECS)
+            return future.result(LAUNCH_SECS + limit + _GRACE_SECS)
         except (concurrent.futures.TimeoutError, asyncio.TimeoutError, TimeoutError):
             future.cancel()
             raise ToolError(f"The browser did not finish within {limit:g} s (browser.action_timeout_secs).") from None
@@ -138,14 +139,22 @@ class BrowserEngine:
                   fn: Callable[[Any, Slot], Awaitable[T]]) -> T:
         """Run fn(page, slot) on the dialog's temporary context, or on the named profile's."""
         key = f"profile:{profile}" if profile else f"session:{session_id}"
-        slot = await self._slot(key, profile)
+        # shielded: a stopped call leaves a Chromium that is starting to finish starting, not half made
+        slot = await asyncio.wait_for(asyncio.shield(self._slot(key, profile)), LAUNCH_SECS)
         async with slot.lock:
             slot.workspace = workspace
             slot.last_used = time.monotonic()
             try:
                 if slot.page is None or slot.page.is_closed():
                     slot.page = await slot.context.new_page()
-                return await fn(slot.page, slot)
+                return await asyncio.wait_for(fn(slot.page, slot), self.cfg.action_timeout_secs)
+            except asyncio.TimeoutError:
+                await self._drop_page(slot)
+                raise ToolError(f"The browser did not finish within {self.cfg.action_timeout_secs:g} s "
+                                "(browser.action_timeout_secs).") from None
+            except asyncio.CancelledError:
+                await self._drop_page(slot)
+                raise
             finally:
                 slot.last_used = time.monotonic()
 
@@ -165,6 +174,14 @@ class BrowserEngine:
                 self._start_reaper()
             self._opening.pop(key, None)
         return self._slots[key]
+
+    async def _drop_page(self, slot: Slot) -> None:
+        """An action was cut short: its page may still be loading, so the next action gets a fresh one."""
+        page, slot.page = slot.page, None
+        try:
+            await page.close()
+        except Exception:  # already closed with its context
+            pass
 
     def _forget(self, slot: Slot) -> None:
         """A context closed under us (its Chromium crashed or exited): the next call opens a new one."""
