@@ -562,4 +562,23 @@ def test_a_turn_navigates_and_its_reply_carries_the_screenshot(browser_stack: St
     blocks = reply["content"]
     assert blocks[0] == {"type": "text", "text": "Here is page B."}
     assert blocks[1]["type"] == "image_url" and blocks[1]["url"].startswith("data:image/png;base64,")
+    shot = Path(blocks[1]["path"])  # the workspace file, which channels that send files (WeChat) send
+    assert shot.parent.name == "screenshots" and shot.read_bytes()[:4] == b"\x89PNG"
     client.close()
+
+
+def test_the_answers_images_become_the_channel_deliverys_media(tmp_path: Path) -> None:
+    from picobot.channels.outbound import answer_media
+    from picobot.domain.messages import ChatMessage
+    from picobot.plugins.types import TurnView
+
+    shot = {"type": "image_url", "url": "data:image/png;base64,AAAA", "path": "/ws/screenshots/a.png"}
+    upload = {"type": "image_url", "url": "data:image/png;base64,AAAA"}  # no file: nothing to send
+    answer = ChatMessage("assistant", [{"type": "text", "text": "here"}, shot, upload])
+
+    def turn(status: str, *messages: ChatMessage) -> TurnView:
+        return TurnView("s", "t", "wechat", "c", "u", "default", status, "here", messages=messages)
+
+    assert answer_media(turn("completed", answer)) == [{"path": "/ws/screenshots/a.png"}]
+    assert answer_media(turn("cancelled", answer)) == []
+    assert answer_media(turn("completed", ChatMessage("assistant", "text only"))) == []

@@ -335,7 +335,8 @@ def with_attachments(message: ChatMessage, images: list[str]) -> ChatMessage:
                 data = base64.b64encode(f.read()).decode("ascii")
         except OSError:  # the file is gone: the text answer stands alone
             continue
-        blocks.append({"type": "image_url", "url": f"data:{_mime(path)};base64,{data}"})
+        # `path`: the workspace file (a channel that sends files, WeChat, sends it from there)
+        blocks.append({"type": "image_url", "url": f"data:{_mime(path)};base64,{data}", "path": path})
     if not blocks:
         return message
     return replace(message, content=[{"type": "text", "text": text_of(message.content)}] + blocks)

@@ -97,7 +97,7 @@ class ChannelsPlugin:
 
         text = turn.partial_text if turn.status == "cancelled" else turn.final_text
         if not outbound.record_turn(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id,
-                                    turn.status, text, turn.error):
+                                    turn.status, text, turn.error, media=outbound.answer_media(turn)):
             return None
         return lambda: outbound.wake(ports, turn.channel, turn.chat_id)
 
