@@ -308,9 +308,10 @@ class AgentLoop:
 
 
 # Images a tool returned (ToolOutput) reach the model as `media` blocks of its result (providers read the
-# file), and the final reply carries the last few as image blocks the web UI shows, each under this size.
+# file), and the final reply carries the last few as image blocks the web UI shows. The history holds them
+# as data URLs, so each is bounded like an upload (about 1 MiB once base64-encoded).
 MAX_REPLY_IMAGES = 3
-MAX_REPLY_IMAGE_BYTES = 2 * 1024 * 1024
+MAX_REPLY_IMAGE_BYTES = 768 * 1024
 
 
 def _tool_content(res: ToolResult) -> str | list[dict]:
