@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,41 @@ SETTLE_MS = 3_000  # after a click or a key: how long a navigation it started ma
 _INTERACTIVE = ("a[href],button,input:not([type=hidden]),select,textarea,summary,[role=button],[role=link],"
                 "[role=checkbox],[role=radio],[role=tab],[role=menuitem],[role=option],[contenteditable=''],"
                 "[contenteditable=true],[onclick]")
+
+@dataclass(frozen=True)
+class Step:
+    """One checked `browser` call (tool.checked)."""
+
+    action: str
+    profile: str | None = None
+    url: str | None = None
+    ref: str | None = None
+    selector: str | None = None
+    text: str | None = None
+    key: str | None = None
+    ms: Any = None
+    submit: Any = False
+
+
+async def perform(page: Any, step: Step, folder: Path, max_chars: int) -> tuple[str, Path | None]:
+    """The answer's text, and the screenshot's file for `screenshot`."""
+    action = step.action
+    if action == "screenshot":
+        return await screenshot(page, folder)
+    if action == "navigate":
+        return await navigate(page, step.url or "", max_chars), None
+    if action == "snapshot":
+        return await snapshot(page, max_chars), None
+    if action == "click":
+        return await click(page, step.ref, step.selector), None
+    if action == "type":
+        return await type_text(page, step.ref, step.selector, step.text or "", bool(step.submit)), None
+    if action == "press":
+        return await press(page, step.key or ""), None
+    if action == "back":
+        return await back(page), None
+    return await wait(page, step.text, step.ms), None
+
 
 # Visible interactive elements as [ref, kind, label, value or href]; refs already given are kept.
 _SNAPSHOT_JS = """([selector, max]) => {

@@ -80,6 +80,7 @@ class Slot:
     last_used: float = field(default_factory=time.monotonic)
     workspace: Path | None = None
     notes: list[str] = field(default_factory=list)  # downloads since the last answer
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (url, why) the guard refused for this context
     lock_file: Any = None  # a profile's advisory lock, held while it is open
 
 
@@ -231,8 +232,9 @@ class BrowserEngine:
         ms = self.cfg.action_timeout_secs * 1000
         ctx.set_default_timeout(ms)
         ctx.set_default_navigation_timeout(ms)
-        await ctx.route("**/*", self.guard.route)
-        await ctx.route_web_socket("**/*", self.guard.route_web_socket)
+        route, web_socket = self.guard.handlers(slot.refused)
+        await ctx.route("**/*", route)
+        await ctx.route_web_socket("**/*", web_socket)
         ctx.on("download", lambda d: asyncio.ensure_future(self._download(slot, d)))
         ctx.on("close", lambda _ctx: self._forget(slot))
         if slot.page is None and ctx.pages:

@@ -82,25 +82,31 @@ class Guard:
             return None
         return None
 
-    async def check(self, url: str) -> str | None:
+    async def check(self, url: str, sink: list[tuple[str, str]]) -> str | None:
+        """The refusal of `url` or None; a refusal is recorded here and in `sink` (the context's own list)."""
         why = await asyncio.get_running_loop().run_in_executor(None, self.refusal, url)
         if why is not None:
             self.note(url)
+            sink.append((url, why))
+            del sink[:-MAX_RECORDED]
         return why
 
-    async def route(self, route: Any) -> None:
-        """context.route handler: abort a refused request before it connects, else let it go."""
-        if await self.check(route.request.url):
-            await route.abort("blockedbyclient")
-        else:
-            await route.continue_()
+    def handlers(self, sink: list[tuple[str, str]]) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        """(route, route_web_socket) handlers for one context, recording its refusals in `sink`."""
 
-    async def route_web_socket(self, ws: Any) -> None:
-        """context.route_web_socket handler: a refused WebSocket is closed before it connects."""
-        if await self.check(ws.url):
-            await ws.close(code=1008, reason="refused by the network policy")
-        else:
-            ws.connect_to_server()
+        async def route(route: Any) -> None:  # abort a refused request before it connects
+            if await self.check(route.request.url, sink):
+                await route.abort("blockedbyclient")
+            else:
+                await route.continue_()
+
+        async def web_socket(ws: Any) -> None:  # a refused WebSocket is closed before it connects
+            if await self.check(ws.url, sink):
+                await ws.close(code=1008, reason="refused by the network policy")
+            else:
+                ws.connect_to_server()
+
+        return route, web_socket
 
 
 class ProxyFront:

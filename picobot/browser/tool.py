@@ -8,7 +8,7 @@ from typing import Any
 
 from picobot.browser import actions, profiles
 from picobot.browser.engine import BrowserEngine, Slot, lock_profile, unlock
-from picobot.errors import ToolError, TurnCancelled
+from picobot.errors import ToolError
 from picobot.tools.base import Tool, ToolContext, ToolOutput
 
 ACTIONS = ["navigate", "snapshot", "click", "type", "press", "screenshot", "back", "wait", "close"]
@@ -61,100 +61,86 @@ class BrowserTool(Tool):
         return frozenset({f"browser:{profile if isinstance(profile, str) else ctx.session_id}"})
 
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> str | ToolOutput:
-        action = args.get("action")
-        if action not in ACTIONS:
-            raise ToolError(f"`action` must be one of: {', '.join(ACTIONS)}.")
-        profile = args.get("persistent_id")
-        if profile is not None:
-            profiles.check_id(profile)
-        key = f"profile:{profile}" if profile else f"session:{ctx.session_id}"
-        if action == "close":
+        step = checked(args)
+        key = f"profile:{step.profile}" if step.profile else f"session:{ctx.session_id}"
+        if step.action == "close":
             closed = self.engine.run(self.engine.close_slot(key), ctx.cancel) if self.engine.is_open(key) else False
             return "Closed the browser." if closed else "No browser was open."
-        step = self._step(action, args, ctx)
-        before = len(self.engine.guard.refused)
-        if not profile:  # kept for the rest of the turn: /stop then closes the context this turn used
+        if not step.profile:  # kept for the rest of the turn: /stop then closes the context this turn used
             ctx.cancel.on_cancel(lambda: self.engine.submit(self.engine.close_slot(key)))
-        try:
-            text, image = self.engine.run(self.engine.use(ctx.session_id, profile, ctx.workspace, step), ctx.cancel)
-        except (ToolError, TurnCancelled):
-            raise
-        except Exception as exc:  # Playwright's errors: a page error the model can read
-            raise ToolError(self._page_error(exc, before)) from None
-        text += self._refused_note(before)
+        folder, max_chars = Path(ctx.workspace) / "screenshots", self.engine.cfg.max_text_chars
+
+        async def run(page: Any, slot: Slot) -> tuple[str, Path | None]:
+            seen = len(slot.refused)
+            try:
+                text, image = await actions.perform(page, step, folder, max_chars)
+            except ToolError:
+                raise
+            except Exception as exc:  # Playwright's errors: a page error the model can read
+                raise ToolError(_page_error(exc, slot.refused[seen:])) from None
+            return text + _notes(slot) + _refused_note(slot.refused[seen:]), image
+
+        text, image = self.engine.run(self.engine.use(ctx.session_id, step.profile, ctx.workspace, run), ctx.cancel)
         return ToolOutput(text, (str(image),)) if image is not None else text
 
-    def _step(self, action: str, args: dict[str, Any], ctx: ToolContext) -> Any:
-        max_chars = self.engine.cfg.max_text_chars
-        url = _text(args, "url", MAX_URL_CHARS)
-        ref = _text(args, "ref", 10)
-        if ref is not None and not REF.fullmatch(ref):
-            raise ToolError("`ref` is an element ref from a snapshot, like e12.")
-        selector = _text(args, "selector", MAX_SELECTOR_CHARS)
-        text = _text(args, "text", MAX_TEXT_CHARS)
-        key = _text(args, "key", 40)
-        if key is not None and not KEY.fullmatch(key):
-            raise ToolError("`key` is a key name like Enter, Tab, ArrowDown or Control+A.")
-        ms = args.get("ms")
-        if ms is not None and (not isinstance(ms, int) or isinstance(ms, bool) or not 0 <= ms <= MAX_MS):
-            raise ToolError(f"`ms` must be a whole number from 0 to {MAX_MS}.")
-        submit = args.get("submit", False)
-        if not isinstance(submit, bool):
-            raise ToolError("`submit` must be true or false.")
-        if action == "navigate":
-            url = _need(url, "url", action)
-            if not re.match(r"https?://", url, re.I):
-                raise ToolError("`url` must start with http:// or https://.")
-        if action == "type" and text is None:
-            raise ToolError("`type` needs `text`.")
-        if action in ("click", "type") and not (ref or selector):
-            raise ToolError(f"`{action}` needs `ref` (from a snapshot) or `selector`.")
-        if action == "press":
-            key = _need(key, "key", action)
-        if action == "wait" and not text and ms is None:
-            raise ToolError("`wait` needs `text` or `ms`.")
-        folder = Path(ctx.workspace) / "screenshots"
 
-        async def step(page: Any, slot: Slot) -> tuple[str, Path | None]:
-            image = None
-            if action == "navigate":
-                out = await actions.navigate(page, url, max_chars)
-            elif action == "snapshot":
-                out = await actions.snapshot(page, max_chars)
-            elif action == "click":
-                out = await actions.click(page, ref, selector)
-            elif action == "type":
-                out = await actions.type_text(page, ref, selector, text or "", submit)
-            elif action == "press":
-                out = await actions.press(page, key)
-            elif action == "back":
-                out = await actions.back(page)
-            elif action == "wait":
-                out = await actions.wait(page, text, ms)
-            else:
-                out, image = await actions.screenshot(page, folder)
-            if slot.notes:
-                out += "\n\n" + "\n".join(slot.notes)
-                slot.notes.clear()
-            return out, image
+def checked(args: dict[str, Any]) -> actions.Step:
+    """The call's arguments, checked: a ToolError names the first problem."""
+    action = args.get("action")
+    if action not in ACTIONS:
+        raise ToolError(f"`action` must be one of: {', '.join(ACTIONS)}.")
+    profile = args.get("persistent_id")
+    step = actions.Step(action, profiles.check_id(profile) if profile is not None else None,
+                        url=_text(args, "url", MAX_URL_CHARS), ref=_text(args, "ref", 10),
+                        selector=_text(args, "selector", MAX_SELECTOR_CHARS), text=_text(args, "text", MAX_TEXT_CHARS),
+                        key=_text(args, "key", 40), ms=args.get("ms"), submit=args.get("submit", False))
+    if step.ref is not None and not REF.fullmatch(step.ref):
+        raise ToolError("`ref` is an element ref from a snapshot, like e12.")
+    if step.key is not None and not KEY.fullmatch(step.key):
+        raise ToolError("`key` is a key name like Enter, Tab, ArrowDown or Control+A.")
+    if step.ms is not None and (not isinstance(step.ms, int) or isinstance(step.ms, bool) or not 0 <= step.ms <= MAX_MS):
+        raise ToolError(f"`ms` must be a whole number from 0 to {MAX_MS}.")
+    if not isinstance(step.submit, bool):
+        raise ToolError("`submit` must be true or false.")
+    _needs(step)
+    return step
 
-        return step
 
-    def _refused_note(self, before: int) -> str:
-        refused = self.engine.guard.refused[before:]
-        if not refused:
-            return ""
-        shown = "\n".join(f"- {u[:200]}" for u in refused[:MAX_REFUSED_SHOWN])
-        more = f"\n- ... and {len(refused) - MAX_REFUSED_SHOWN} more" if len(refused) > MAX_REFUSED_SHOWN else ""
-        return (f"\n\nThe network policy refused {len(refused)} request(s) of this page (loopback, private and "
-                f"metadata addresses are closed unless tools.network.allow opens them):\n{shown}{more}")
+def _needs(step: actions.Step) -> None:
+    """What each action cannot do without."""
+    action = step.action
+    if action == "navigate" and not re.match(r"https?://", _need(step.url, "url", action), re.I):
+        raise ToolError("`url` must start with http:// or https://.")
+    if action == "type" and step.text is None:
+        raise ToolError("`type` needs `text`.")
+    if action in ("click", "type") and not (step.ref or step.selector):
+        raise ToolError(f"`{action}` needs `ref` (from a snapshot) or `selector`.")
+    if action == "press":
+        _need(step.key, "key", action)
+    if action == "wait" and not step.text and step.ms is None:
+        raise ToolError("`wait` needs `text` or `ms`.")
 
-    def _page_error(self, exc: Exception, before: int) -> str:
-        message = str(exc).split("\n", 1)[0][:500]
-        if "ERR_BLOCKED_BY_CLIENT" in message and self.engine.guard.refused[before:]:
-            why = self.engine.guard.refusal(self.engine.guard.refused[before])
-            return f"The page was refused: {why or message}"
-        return f"The browser failed: {message}"
+
+def _notes(slot: Slot) -> str:
+    """What happened in the context since the last answer (downloads)."""
+    notes, slot.notes[:] = list(slot.notes), []
+    return "\n\n" + "\n".join(notes) if notes else ""
+
+
+def _refused_note(refused: list[tuple[str, str]]) -> str:
+    if not refused:
+        return ""
+    shown = "\n".join(f"- {url[:200]}" for url, _ in refused[:MAX_REFUSED_SHOWN])
+    more = f"\n- ... and {len(refused) - MAX_REFUSED_SHOWN} more" if len(refused) > MAX_REFUSED_SHOWN else ""
+    return (f"\n\nThe network policy refused {len(refused)} request(s) of this page (loopback, private and "
+            f"metadata addresses are closed unless tools.network.allow opens them):\n{shown}{more}")
+
+
+def _page_error(exc: Exception, refused: list[tuple[str, str]]) -> str:
+    message = str(exc).split("\n", 1)[0][:500]
+    if "ERR_BLOCKED_BY_CLIENT" in message and refused:
+        return f"The page was refused: {refused[0][1]}"
+    return f"The browser failed: {message}"
 
 
 class BrowserProfilesTool(Tool):
