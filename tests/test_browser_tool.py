@@ -451,6 +451,16 @@ def test_a_missing_chromium_is_a_clear_tool_error_and_a_health_entry(tmp_path: P
         rt.close()
 
 
+def test_a_chromium_that_does_not_start_is_a_clear_tool_error(tmp_path: Path) -> None:
+    engine = make_engine(tmp_path / "home", executable="/bin/false")  # executable, but no browser
+    try:
+        with pytest.raises(ToolError, match="The browser could not start: .*scripts/install-browser"):
+            BrowserTool(engine).execute({"action": "navigate", "url": "http://127.0.0.1:9/"}, ctx_for(tmp_path))
+        assert engine.open_keys() == []
+    finally:
+        engine.close()
+
+
 # --- hostile arguments -----------------------------------------------------------------------------------
 
 _hostile = st.one_of(

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
 
 from picobot.browser import actions, profiles
-from picobot.browser.engine import BrowserEngine, Slot, lock_profile, unlock
-from picobot.errors import ToolError
+from picobot.browser.engine import INSTALL_HINT, BrowserEngine, Slot, lock_profile, unlock
+from picobot.errors import ToolError, TurnCancelled
 from picobot.tools.base import Tool, ToolContext, ToolOutput
+
+log = logging.getLogger("picobot.browser")
 
 ACTIONS = ["navigate", "snapshot", "click", "type", "press", "screenshot", "back", "wait", "close"]
 REF = re.compile(r"e[0-9]{1,7}")
@@ -80,7 +83,15 @@ class BrowserTool(Tool):
                 raise ToolError(_page_error(exc, slot.refused[seen:])) from None
             return text + _notes(slot) + _refused_note(slot.refused[seen:]), image
 
-        text, image = self.engine.run(self.engine.use(ctx.session_id, step.profile, ctx.workspace, run), ctx.cancel)
+        try:
+            text, image = self.engine.run(self.engine.use(ctx.session_id, step.profile, ctx.workspace, run),
+                                          ctx.cancel)
+        except (ToolError, TurnCancelled):
+            raise
+        except Exception as exc:  # Chromium did not start (a broken install, no memory left)
+            log.warning("the browser could not start", exc_info=True)
+            raise ToolError(f"The browser could not start: {str(exc).splitlines()[0][:300] if str(exc) else exc!r}. "
+                            f"Check the Chromium install ({INSTALL_HINT}).") from None
         return ToolOutput(text, (str(image),)) if image is not None else text
 
 
