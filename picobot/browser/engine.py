@@ -92,7 +92,6 @@ class BrowserEngine:
         self.home = home
         self.executable = chromium_path(cfg.executable)
         self.guard = Guard(policy)
-        self._policy = policy
         self._start_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
