@@ -592,3 +592,28 @@ def test_the_answers_images_become_the_channel_deliverys_media(tmp_path: Path) -
     assert answer_media(turn("completed", answer)) == [{"path": "/ws/screenshots/a.png"}]
     assert answer_media(turn("cancelled", answer)) == []
     assert answer_media(turn("completed", ChatMessage("assistant", "text only"))) == []
+
+
+def test_stop_ends_a_turn_waiting_on_a_slow_page(browser_stack: Stack, llm: Any, site: Site) -> None:
+    add_rule(llm, "browse-slow",
+             {"tool_calls": [{"name": "browser", "arguments": {"action": "navigate", "url": f"{site.base}/slow"}}]},
+             {"content": "never"})
+    site.slow_started.clear()
+    client = browser_stack.client()
+    try:
+        accepted = client.say("browse-slow")
+        assert site.slow_started.wait(60)  # the worker's Chromium is waiting on the page
+        client.command("/stop")
+        assert client.wait_completed(accepted["seq"], timeout=30)["status"] == "cancelled"
+        # the next turn of the dialog browses again (a fresh context: the stopped one was closed)
+        add_rule(llm, "browse-after",
+                 {"tool_calls": [{"name": "browser", "arguments": {"action": "navigate", "url": f"{site.base}/b"}}]},
+                 {"content": "ok"})
+        assert client.ask("browse-after", timeout=120)["status"] == "completed"
+        messages = llm.requests()[-1]["body"]["messages"]
+        assert messages[-1]["role"] == "tool", messages[-3:]
+        assert "this is page B" in messages[-1]["content"], messages[-1]
+    finally:
+        site.release.set()
+        client.close()
+        site.release.clear()

@@ -22,15 +22,19 @@ def _text(content: Any) -> str:
     return ""
 
 
+TOOL_IMAGES_TEXT = "(images from the tool results above)"  # picobot/providers/openai_provider.py
+
+
 def parse_request(body: dict[str, Any]) -> RequestView:
     messages: list[dict[str, Any]] = body.get("messages") or []
     call_names = {
         c.get("id"): (c.get("function") or {}).get("name", "")
         for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []
     }
-    # A user message right after tool results carries their images (a tool message holds text only):
-    # it belongs to the results, not to what the user said.
-    images = {i for i, m in enumerate(messages) if m.get("role") == "user" and i and messages[i - 1].get("role") == "tool"}
+    # The user message PicoBot sends right after tool results with their images (a tool message holds
+    # text only) belongs to the results, not to what the user said.
+    images = {i for i, m in enumerate(messages) if m.get("role") == "user" and i and messages[i - 1].get("role") == "tool"
+              and _text(m.get("content")) == TOOL_IMAGES_TEXT}
     said = [m for i, m in enumerate(messages) if i not in images]
     tool_results: list[tuple[str, str]] = []
     for m in reversed(said):
