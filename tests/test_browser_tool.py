@@ -392,6 +392,11 @@ def test_tool_images_reach_openai_as_a_user_message_after_the_results(tmp_path: 
     _, anthropic = to_anthropic_messages(messages, "anthropic")
     result = anthropic[2]["content"][0]
     assert result["type"] == "tool_result" and result["content"][1]["type"] == "image"
+    # the next turn: the screenshot is not sent again (its tokens would be paid on every later call)
+    later = messages + [ChatMessage("user", "and now?")]
+    assert [m["role"] for m in to_openai_messages(later)] == ["user", "assistant", "tool", "tool", "assistant", "user"]
+    _, anthropic = to_anthropic_messages(later, "anthropic")
+    assert anthropic[2]["content"][0]["content"] == "Screenshot saved"
 
 
 def test_an_action_is_bounded_by_the_action_timeout(site: Site, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from picobot.providers._common import (
     media_note,
     parse_retry_after,
     read_image,
+    turn_start,
     unavailable,
 )
 from picobot.providers.base import (
@@ -257,12 +258,13 @@ def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     results (a browser screenshot) follow it as one user message."""
     out: list[dict[str, Any]] = []
     images: list[dict[str, Any]] = []
-    for m in messages:
+    start = turn_start(messages)
+    for i, m in enumerate(messages):
         if m.role != "tool" and images:
             out.append(_tool_images(images))
             images = []
         out.append(_wire_message(m))
-        if m.role == "tool" and not isinstance(m.content, str):
+        if m.role == "tool" and i > start and not isinstance(m.content, str):
             images += [p for p in (_part(b) for b in m.content if b.get("type") != "text") if p is not None]
     if images:
         out.append(_tool_images(images))
