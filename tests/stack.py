@@ -66,11 +66,11 @@ class Stack:
 
     # --- processes ---------------------------------------------------------------------
 
-    def _spawn(self, name: str, argv: list[str], nice: int = 0) -> subprocess.Popen:
+    def _spawn(self, name: str, argv: list[str], nice: int = 0, env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
         self._log_files.append(log)
         preexec = (lambda: os.nice(nice)) if nice > 0 else None
-        proc = subprocess.Popen([sys.executable, "-m", "picobot", *argv], env=self.env, cwd=self.cwd,
+        proc = subprocess.Popen([sys.executable, "-m", "picobot", *argv], env={**self.env, **(env or {})}, cwd=self.cwd,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
         self.procs[name] = proc
         return proc
@@ -79,9 +79,11 @@ class Stack:
         self._spawn("web", ["web", "--bind", f"127.0.0.1:{self.port}"])
         wait_for(lambda: self._http_ok("/health"), 30, "web did not start")
 
-    def start_worker(self, name: str = "w1", concurrency: int = 50, nice: int = 0) -> subprocess.Popen:
-        """`nice`: the niceness `picobot up` gives its workers (the benchmarks run them as deployed)."""
-        proc = self._spawn(name, ["worker", "-c", str(concurrency), "-n", f"{name}@%h"], nice=nice)
+    def start_worker(self, name: str = "w1", concurrency: int = 50, nice: int = 0,
+                     env: dict[str, str] | None = None) -> subprocess.Popen:
+        """`nice`: the niceness `picobot up` gives its workers (the benchmarks run them as deployed).
+        `env`: overrides for this worker (another host: PICOBOT_HOST_ID and a home of its own)."""
+        proc = self._spawn(name, ["worker", "-c", str(concurrency), "-n", f"{name}@%h"], nice=nice, env=env)
         wait_for(lambda: any(n.startswith(f"{name}@") for n in self.workers_alive()), 40, f"worker {name} did not start")
         return proc
 

@@ -18,8 +18,8 @@ from tests.stack import Stack, base_config, wait_for
 pytestmark = pytest.mark.slow
 
 
-# The faults where the database does the recovering run on PostgreSQL too (its writers really
-# race); the others only on SQLite, to keep the suite's time in bounds.
+# Every fault runs on both databases: PostgreSQL's writers really race, and a /stop or a restart
+# must behave the same whichever database holds the record.
 BOTH_DATABASES = pytest.mark.parametrize("fresh", ["sqlite", "postgres"], indirect=True)
 
 
@@ -61,6 +61,7 @@ def test_worker_killed_mid_turn_reruns_the_message(fresh: Stack, llm) -> None:  
     assert [u["content"] for u in users] == ["kill-me-once"]  # stored once, answered once
 
 
+@BOTH_DATABASES
 def test_worker_killed_every_attempt_reports_failure(fresh: Stack, llm) -> None:  # type: ignore[no-untyped-def]
     add_rule(llm, "doomed", *[{"content": "never", "delay_ms": 8000}] * 3)
     fresh.start(workers=1)
@@ -92,6 +93,7 @@ def test_flushall_with_pending_messages_loses_nothing(fresh: Stack, llm) -> None
     assert answered == set(seqs)
 
 
+@BOTH_DATABASES
 def test_flushall_while_running_keeps_beat_and_progress(fresh: Stack, llm) -> None:  # type: ignore[no-untyped-def]
     add_rule(llm, "long-one", {"content": "long done", "delay_ms": 3000})
     fresh.start(workers=1)
@@ -127,6 +129,7 @@ STOP_PROMISE_SECS = 1.0
 STOP_HEADROOM_SECS = 0.5
 
 
+@BOTH_DATABASES
 def test_stop_cancels_long_model_call_within_a_second(fresh: Stack, llm) -> None:  # type: ignore[no-untyped-def]
     add_rule(llm, "stop-me", {"content": "too late", "delay_ms": 20000})
     fresh.start(workers=1)
@@ -151,6 +154,7 @@ def test_stop_cancels_long_model_call_within_a_second(fresh: Stack, llm) -> None
     assert not any(f["type"] == "turn_completed" and queued["seq"] in f["inbound_seqs"] for f in c.frames)
 
 
+@BOTH_DATABASES
 def test_stop_kills_a_running_bash(fresh: Stack, llm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # The marker is in the workspace: the sandbox sees only that folder (a path elsewhere would be
     # written to the sandbox's private /tmp, or not at all, and the test could not fail).
@@ -210,8 +214,9 @@ def stalling_server() -> Iterator[tuple[str, threading.Event, threading.Event]]:
     httpd.server_close()
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
 def test_stop_cuts_a_stalled_fetch_and_a_waiting_write_never_lands(  # type: ignore[no-untyped-def]
-        tmp_path: Path, fake_llm, llm, stalling_server) -> None:
+        tmp_path: Path, fake_llm, llm, stalling_server, database: str, request: pytest.FixtureRequest) -> None:
     url, stalled, hung_up = stalling_server
     workspace = tmp_path / "ws"
     cfg = base_config(fake_llm.url, free_port())
@@ -220,7 +225,8 @@ def test_stop_cuts_a_stalled_fetch_and_a_waiting_write_never_lands(  # type: ign
     add_rule(llm, "fetch-then-write", {"tool_calls": [
         {"name": "web_fetch", "arguments": {"url": url}},
         {"name": "write", "arguments": {"path": "after.txt", "content": "must not land"}}]}, {"content": "never"})
-    stack = Stack(tmp_path, fake_llm.url, config=cfg)
+    stack = Stack(tmp_path, fake_llm.url, config=cfg,
+                  database_url=request.getfixturevalue("pg_url") if database == "postgres" else None)
     try:
         stack.start(workers=1)
         c = stack.client()

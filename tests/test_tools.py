@@ -209,10 +209,21 @@ def test_register_get_names_specs_unregister(registry: ToolRegistry) -> None:
     assert registry.get("nope") is None
     assert "echo" in registry and len(registry) == 2
     spec = registry.specs()[1]
-    assert (spec.name, spec.parameters) == ("calculator", CalculatorTool.parameters)
+    sent = {k: v for k, v in CalculatorTool.parameters.items() if k != "additionalProperties"}
+    assert (spec.name, spec.parameters) == ("calculator", sent)  # the model is not sent what only validation needs
     assert isinstance(registry.unregister("calculator"), CalculatorTool)
     assert registry.unregister("calculator") is None
     assert registry.names() == ["echo"]
+
+
+def test_unknown_arguments_are_refused_though_the_model_schema_omits_the_rule(registry: ToolRegistry) -> None:
+    registry.register(CalculatorTool())
+    assert "additionalProperties" not in registry.specs()[1].parameters
+    assert registry.narrowed(lambda t: True).specs()[1].parameters == registry.specs()[1].parameters
+    ctx = ToolContext(session_id="s", channel="web", chat_id="c", sender_id="u", turn_id="t", workspace=Path("."))
+    res = registry.execute(ToolCall(id="1", name="calculator", arguments='{"expression": "1+1", "x": 1}'), ctx, 0)
+    assert res.is_error and "x" in res.content
+    assert registry.execute(ToolCall(id="2", name="calculator", arguments='{"expression": "1+1"}'), ctx, 0).content == "2"
 
 
 def test_register_duplicate_and_bad_schema(registry: ToolRegistry) -> None:
@@ -311,7 +322,7 @@ def test_truncation_marker(registry: ToolRegistry, ctx: ToolContext) -> None:
 
 
 def test_build_registry_builtins_and_disabled() -> None:
-    expected = ["calculator", "get_time", "read", "write", "edit", SHELL_TOOL_NAME,
+    expected = ["calculator", "get_time", "read", "write", "edit", "file_search", "content_search", SHELL_TOOL_NAME,
                 "http_request", "web_fetch", "send_session_message"]
     assert build_registry().names() == expected
     assert [t.name for t in builtin_tools()] == expected
@@ -326,16 +337,19 @@ def test_build_registry_builtins_and_disabled() -> None:
     assert registry.names() == expected and registry.get("calculator") is not twice
 
 
+SELF_EXPLAINING = {"path", "url", "method", "headers", "channel"}
+
+
 def test_every_builtin_has_llm_ready_schema() -> None:
     for tool in builtin_tools():
         schema = tool.parameters
         assert len(tool.description) > 60, tool.name
         assert schema["type"] == "object" and schema["additionalProperties"] is False, tool.name
         assert set(schema["required"]) <= set(schema["properties"]), tool.name
-        for prop, spec in schema["properties"].items():
-            assert spec.get("description"), f"{tool.name}.{prop}"
+        for prop, spec in schema["properties"].items():  # a name that says it all spends no prompt on a description
+            assert spec.get("description") or prop in SELF_EXPLAINING, f"{tool.name}.{prop}"
     read_only = {t.name for t in builtin_tools() if t.read_only}
-    assert read_only == {"calculator", "get_time", "read", "web_fetch"}
+    assert read_only == {"calculator", "get_time", "read", "file_search", "content_search", "web_fetch"}
 
 
 # --- calculator -----------------------------------------------------------------------

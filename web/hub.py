@@ -16,12 +16,22 @@ from web.outbox import Outbox, OutboxLimits, WriteWaiter
 
 __all__ = ["EventHub", "Outbox", "OutboxLimits"]
 
+# Frames every socket of the dialog's chat gets, not only those watching the dialog: the web UI marks
+# another dialog whose plan changed.
+CHAT_WIDE_FRAMES = frozenset({"plan_updated"})
+
+
+def chat_of(session_id: str) -> str:
+    """`channel:chat_id` of a `channel:chat_id:dialog_id` session id."""
+    return session_id.rsplit(":", 1)[0]
+
 
 class EventHub:
     def __init__(self, r: redis.Redis, send_threads: int = 8, limits: OutboxLimits | None = None):
         self.r = r
         self.limits = limits or OutboxLimits()
         self._watchers: dict[str, set[Outbox]] = defaultdict(set)
+        self._chats: dict[str, set[Outbox]] = defaultdict(set)  # `channel:chat_id` -> its sockets
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=send_threads, thread_name_prefix="ws-send")
         self._waiter = WriteWaiter(self._schedule)
@@ -40,6 +50,18 @@ class EventHub:
                 watchers.discard(outbox)
                 if not watchers:
                     del self._watchers[session_id]
+
+    def watch_chat(self, chat: str, outbox: Outbox) -> None:
+        with self._lock:
+            self._chats[chat].add(outbox)
+
+    def unwatch_chat(self, chat: str, outbox: Outbox) -> None:
+        with self._lock:
+            watchers = self._chats.get(chat)
+            if watchers is not None:
+                watchers.discard(outbox)
+                if not watchers:
+                    del self._chats[chat]
 
     def deliver(self, outbox: Outbox, frame: dict[str, Any], encoded: tuple[str, int] | None = None) -> None:
         text, size = encoded or encode_frame(frame)
@@ -90,8 +112,13 @@ class EventHub:
             return
         if not isinstance(frame, dict):
             return
+        session_id = frame.get("session_id")
+        if not isinstance(session_id, str):
+            return
         with self._lock:
-            targets = list(self._watchers.get(frame.get("session_id", ""), ()))
+            targets = set(self._watchers.get(session_id, ()))
+            if frame.get("type") in CHAT_WIDE_FRAMES:
+                targets |= self._chats.get(chat_of(session_id), set())
         encoded = encode_frame(frame) if targets else None  # once for every socket watching the dialog
         for outbox in targets:
             self.deliver(outbox, frame, encoded)

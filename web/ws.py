@@ -56,6 +56,7 @@ class Connection:
         self.chat_id = chat_id
         self.outbox = Outbox(WsTransport(ws), hub.limits)
         self.session_id: str | None = None
+        self.hub.watch_chat(f"{channel}:{chat_id}", self.outbox)  # chat-wide frames of its other dialogs
 
     def send(self, frame: dict[str, Any]) -> None:
         self.hub.deliver(self.outbox, frame)
@@ -79,8 +80,13 @@ class Connection:
         self.send({"type": frame_type, "protocol": PROTOCOL_VERSION, "channel": self.channel,
                    "chat_id": self.chat_id, "session": info, "history": history(self.rt, info["session_id"]),
                    "active_turn": active_turn(self.rt, info["session_id"])})
+        for frames in self.rt.plugins.call("picobot_session_state", session_id=info["session_id"], ports=self.rt):
+            for frame in frames if isinstance(frames, list) else ():
+                if isinstance(frame, dict) and isinstance(frame.get("type"), str):  # a capability's state (its plan)
+                    self.send(frame)
 
     def close(self) -> None:
+        self.hub.unwatch_chat(f"{self.channel}:{self.chat_id}", self.outbox)
         if self.session_id:
             self.hub.unwatch(self.session_id, self.outbox)
         self.outbox.close()

@@ -91,6 +91,7 @@ def make_celery(config: Config) -> PicoCelery:
         from worker.tracing import connect as connect_tracing
 
         connect_tracing(config)
+    signals.celeryd_after_setup.connect(_take_host_queue, sender=None, weak=False)
     signals.worker_ready.connect(_on_worker_ready, sender=None, weak=False)
     return app
 
@@ -116,9 +117,32 @@ def _memory_maintenance_entry(config: Config) -> dict:
                                      "options": {"queue": QUEUE_MAINTENANCE, "expires": 3600}}}
 
 
-def _beat(rt: Runtime, publish_mcp) -> None:  # type: ignore[no-untyped-def]
-    """Each heartbeat: the MCP servers' states, then the plugins' (the worker's metric samples)."""
+def _takes_turns(app: Celery) -> bool:
+    """This worker consumes the turns queue and workspaces follow their chat (runtime/placement.py)."""
+    from picobot.runtime import placement
+
+    config = getattr(app, "picobot_config", None)
+    return (config is not None and placement.enabled(config)
+            and QUEUE_TURNS in app.amqp.queues.consume_from)
+
+
+def _take_host_queue(sender=None, instance=None, **_kw) -> None:  # type: ignore[no-untyped-def]
+    """A worker that takes turns also takes its host's queue: turns of the chats whose files are here."""
+    from picobot.runtime import placement
+
+    app = getattr(instance, "app", None)
+    if isinstance(app, PicoCelery) and _takes_turns(app):
+        app.amqp.queues.select_add(placement.host_queue(placement.host_id()))
+
+
+def _beat(rt: Runtime, publish_mcp, host: str | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Each heartbeat: the host's liveness (placement), the MCP servers' states, then the plugins'
+    (the worker's metric samples)."""
     try:
+        if host is not None:
+            from picobot.runtime import placement
+
+            placement.beat(rt.redis, host)
         publish_mcp(rt.redis, rt.worker_name, rt.mcp_statuses())
     finally:
         rt.plugins.call("picobot_heartbeat", ports=rt)
@@ -136,8 +160,11 @@ def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def
     rt.worker_name = getattr(sender, "hostname", None) or rt.worker_name
     sandbox = announce(rt.config)
     rt.tools()  # MCP servers start connecting now, in the background
-    start_heartbeat(rt.redis, rt.worker_name, rt.active_turn_ids, {"sandbox": sandbox.as_check()},
-                    on_beat=lambda: _beat(rt, publish_mcp),
+    from picobot.runtime import placement
+
+    host = placement.host_id() if _takes_turns(app) else None
+    start_heartbeat(rt.redis, rt.worker_name, rt.active_turn_ids, {"sandbox": sandbox.as_check(), "host": host},
+                    on_beat=lambda: _beat(rt, publish_mcp, host),
                     live_facts=lambda: {"plugins": rt.plugins.statuses()})
     app.send_task(SWEEP_TASK, queue=QUEUE_MAINTENANCE)  # recover what a previous run left behind
     log.info("worker %s ready", rt.worker_name)

@@ -28,8 +28,9 @@ class CeleryTaskQueue:
         # a capability's background work (a dialog's title): never on `turns`
         self.app.send_task(task, args=args, queue=QUEUE_MAINTENANCE)
 
-    def enqueue_subagent(self, run_id: str) -> None:
-        self.app.send_task(SUBAGENT_TASK, args=[run_id], queue=QUEUE_SUBAGENTS)
+    def enqueue_subagent(self, run_id: str, queue: str = QUEUE_SUBAGENTS) -> None:
+        # queue: the host queue of the worker host holding the run's chat (runtime/placement.py)
+        self.app.send_task(SUBAGENT_TASK, args=[run_id], queue=queue)
 
     def enqueue_job(self, job_id: str, due_at: float | None) -> None:
         """Fire a job now, outside its schedule (run now): a run of its own, the schedule untouched."""

@@ -32,7 +32,9 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
     from picobot.browser.plugin import BrowserPlugin
     from picobot.budgets.plugin import BudgetsPlugin
     from picobot.channels.plugin import ChannelsPlugin
+    from picobot.delegates.plugin import DelegatesPlugin
     from picobot.mcp.plugin import McpPlugin
+    from picobot.plans.plugin import PlansPlugin
     from picobot.memory.plugin import MemoryPlugin
     from picobot.scheduler.plugin import SchedulerPlugin
     from picobot.skills.plugin import SkillsPlugin
@@ -44,6 +46,8 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
         ("channels", ChannelsPlugin()), ("memory", MemoryPlugin()), ("skills", SkillsPlugin()),
         ("subagents", SubagentsPlugin()), ("scheduler", SchedulerPlugin()), ("mcp", McpPlugin()),
         ("webhooks", WebhooksPlugin()), ("titles", TitlesPlugin()), ("budgets", BudgetsPlugin()),
+        ("delegates", DelegatesPlugin()),
+        ("plans", PlansPlugin()),
         ("browser", BrowserPlugin()),
     ]
     from picobot.observability.plugin import observability_plugins

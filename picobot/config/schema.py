@@ -22,6 +22,7 @@ from pydantic import (AfterValidator, AliasChoices, BaseModel, ConfigDict, Field
                       model_validator)
 
 from picobot.config.budgets import BudgetsConfig, Price, check_price_keys
+from picobot.config.delegates import DelegateConfig, check_delegate_names
 from picobot.config.home import RUNTIME_KEYS, default_database_url, picobot_home  # noqa: F401 (re-exported)
 from picobot.config.model_refs import ModelChoice, check_profile_name, resolve_ref, shown, unique
 from picobot.config.observability import LoggingConfig, MetricsConfig, TracingConfig
@@ -442,12 +443,19 @@ class ToolsConfig(_Section):
     workspace: str | None = None
     # Each chat gets `<workspace>/<channel>/<chat id>/` and its tools are confined to it.
     workspace_per_chat: bool = False
+    # A folder every worker host mounts (NFS, a shared volume): the workspace of every host, so any
+    # worker runs any turn. Unset: each host works on its own disk and a chat's turns follow the host
+    # holding its files (runtime/placement.py). An absolute path; not together with `workspace`.
+    workspace_storage: str | None = None
     bash: BashConfig = Field(default_factory=BashConfig)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     bash_timeout_secs: float = Field(default=60.0, gt=0)
     bash_output_max_chars: int = Field(default=20000, gt=0)
     http_max_chars: int = Field(default=20000, gt=0)
     web_fetch_max_chars: int = Field(default=50000, gt=0)
+    # content_search skips files larger than this; both search tools stop after the time limit.
+    search_max_file_bytes: int = Field(default=2_000_000, gt=0, le=1_000_000_000)
+    search_timeout_secs: float = Field(default=20.0, gt=0, le=600, allow_inf_nan=False)
     # Tool calls of one model response run at once up to this many; the rest wait their turn.
     max_parallel: int = Field(default=8, ge=1, le=64)
 
@@ -457,6 +465,24 @@ class ToolsConfig(_Section):
         if isinstance(value, bool):  # pydantic would read true as 1
             raise ValueError("must be a whole number from 1 to 64, not true/false")
         return value
+
+    @field_validator("workspace_storage")
+    @classmethod
+    def _absolute_folder(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip() or "\x00" in value:
+            raise ValueError("must be the absolute path of a folder every worker host mounts")
+        if not Path(value).expanduser().is_absolute():
+            raise ValueError(f"must be an absolute path (every host mounts it at the same place), not {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_workspace(self) -> "ToolsConfig":
+        if self.workspace_storage and self.workspace:
+            raise ValueError("set tools.workspace or tools.workspace_storage, not both (workspace_storage is "
+                             "the workspace, shared by every host)")
+        return self
 
 
 class TimeConfig(_Section):
@@ -613,8 +639,10 @@ class Config(_Section):
     hooks: dict[str, HookConfig] = Field(default_factory=dict)  # inbound webhooks by name
     budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)  # picobot/budgets
     prices: dict[str, Price] = Field(default_factory=dict)  # "<provider>:<model>" -> USD per million tokens
+    delegates: dict[str, DelegateConfig] = Field(default_factory=dict)  # picobot/delegates: coding CLIs by name
 
     _price_keys = field_validator("prices")(check_price_keys)
+    _delegate_names = field_validator("delegates")(check_delegate_names)
 
     # Not part of the file: computed by the loader (see RUNTIME_KEYS).
     home: Path = Field(default_factory=picobot_home, exclude=True)
@@ -838,5 +866,7 @@ class Config(_Section):
 
     def workspace_path(self) -> Path:
         """The file and shell tools' workspace, absolute (see config/workspace.py for the default)."""
+        if self.tools.workspace_storage:
+            return Path(self.tools.workspace_storage).expanduser()
         return choose_workspace(self.home, self.tools.workspace).path
 

@@ -33,6 +33,8 @@ def events(session_id: str) -> str:
 EVENTS_PATTERN = "picobot:events:*"
 CONTROL_CHANNEL = "picobot:control"
 WORKER_PREFIX = "picobot:worker:"
+# Sorted set: worker host id -> time of its workers' last heartbeat (hosts that take turns; placement)
+HOSTS = "picobot:hosts"
 MCP_PREFIX = "picobot:mcp:"  # + worker name: a hash of that worker's MCP server states
 SWEEP_LAST = "picobot:sweep:last"
 

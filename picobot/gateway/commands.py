@@ -14,7 +14,7 @@ from picobot.plugins.types import StageContext
 from picobot.gateway.inbound import InboundMessage, Reply
 from picobot.gateway.limits import RateLimits
 from picobot.gateway.model_commands import cmd_model, cmd_provider, dialog_model
-from picobot.runtime import control
+from picobot.runtime import control, placement
 from picobot.runtime.health import check_health
 from picobot.storage import compaction as compaction_sql
 from picobot.storage import inbound, messages, sessions, turns, usage_report
@@ -205,6 +205,7 @@ def cmd_info(ctx: CommandContext, arg: str) -> Reply:
         info = session_info(ctx.rt, row, messages.count(s, row.id))
         info["answered_by"] = messages.last_answered_by(s, row.id)  # set when a fallback chain is in use
         info["compaction"] = compaction_info(ctx.rt, s, row, info["context_window_tokens"])
+    info["worker_host"] = placement.where(ctx.rt, row.channel, row.chat_id) if placement.enabled(ctx.rt.config) else None
     extra = plugin_info(ctx.rt, info["session_id"], info)
     if "--json" in arg:
         return Reply("command", session_id=info["session_id"], data=info, text=json.dumps(info, indent=2))
@@ -216,8 +217,20 @@ def cmd_info(ctx: CommandContext, arg: str) -> Reply:
             f"({info['context_used_pct']}%)\n{_compaction_line(info['compaction'])}")
     if info["answered_by"]:
         text += f"\nLast answered by: {info['answered_by']}"
+    if info["worker_host"]:
+        text += f"\n{_host_line(info['worker_host'])}"
     text += "".join(f"\n{name}: {value}" for name, value in extra.items())
     return Reply("command", session_id=info["session_id"], data=info, text=text)
+
+
+def _host_line(h: dict) -> str:
+    """Where this chat's workspace lives (runtime/placement.py), and its last move."""
+    state = {True: "", False: ", not answering now", None: ""}[h["alive"]]
+    text = f"Worker host: {h['host']}{state} (this chat's files are there)"
+    if h["moved_from"]:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(h["moved_at"] or 0))
+        text += f"; moved from {h['moved_from']} at {when}, whose files are not reachable"
+    return text
 
 
 def cmd_usage(ctx: CommandContext, arg: str) -> Reply:

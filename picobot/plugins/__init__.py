@@ -29,13 +29,13 @@ from picobot.plugins.decorator import tool
 from picobot.plugins.hookspecs import hookspec
 from picobot.plugins.manager import PluginHost
 from picobot.plugins.types import (Command, Deny, InputMessage, ModelRequestView, ModelResponse, Refusal, StageContext,
-                                   ToolCallView, TurnView)
+                                   SubagentRunView, ToolCallView, TurnView)
 from picobot.tools.base import Tool, ToolContext
 
 hookimpl = pluggy.HookimplMarker("picobot")
 
 __all__ = [
     "Command", "Deny", "InputMessage", "ModelRequestView", "ModelResponse", "PluginHost", "Refusal", "StageContext",
-    "Tool", "ToolCallView",
+    "SubagentRunView", "Tool", "ToolCallView",
     "ToolContext", "TurnView", "hookimpl", "hookspec", "tool",
 ]

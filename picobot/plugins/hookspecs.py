@@ -136,6 +136,18 @@ def picobot_history_prefix(ctx, history, compacted, ports) -> list[Any] | None:
 
 
 @hookspec
+def picobot_session_state(session_id, ports) -> list[dict[str, Any]] | None:
+    """Frames for a socket that starts watching a dialog, sent right after its `ready` or `session`
+    frame: this plugin's state of the dialog (its plan). Called in the web process."""
+
+
+@hookspec
+def picobot_subagent_run(run, ports) -> None:
+    """A sub-agent run was admitted (`run.status` queued or running) or ended (completed, failed,
+    cancelled, interrupted). `run`: a SubagentRunView (id, session_id, status, text, plan_item_id)."""
+
+
+@hookspec
 def picobot_session_stopped(session_id, ports) -> None:
     """`/stop` in a dialog: stop what this plugin runs for it (sub-agent runs)."""
 

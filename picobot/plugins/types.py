@@ -73,6 +73,19 @@ class TurnView:
 
 
 @dataclass(frozen=True)
+class SubagentRunView:
+    """A sub-agent run that started or ended (`picobot_subagent_run`)."""
+
+    id: str
+    session_id: str  # the dialog whose agent started it
+    status: str  # queued | running | completed | failed | cancelled | interrupted
+    subagent_type: str = ""
+    description: str = ""
+    text: str = ""  # when it ended: its result (completed) or what went wrong
+    plan_item_id: int | None = None  # the dialog's plan item it works on (`task` plan_item_id)
+
+
+@dataclass(frozen=True)
 class Deny:
     """Returned by `before_toolcall`: the tool does not run; the model gets `reason` as its result."""
 

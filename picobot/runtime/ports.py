@@ -29,7 +29,7 @@ class CompactionQueue(Protocol):
 
 
 class SubagentQueue(Protocol):
-    def enqueue_subagent(self, run_id: str) -> None: ...
+    def enqueue_subagent(self, run_id: str, queue: str = "subagents") -> None: ...  # queue: its chat's host
 
 
 class JobQueue(Protocol):

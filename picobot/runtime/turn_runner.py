@@ -23,7 +23,7 @@ from picobot.domain.messages import MARKER_TURN_ERROR, MARKER_TURN_STOPPED, Chat
 from picobot.domain.scope import scope_key_for
 from picobot.errors import ConfigError, ToolError
 from picobot.plugins.types import InputMessage, StageContext, TurnView
-from picobot.runtime import attempts
+from picobot.runtime import attempts, placement
 from picobot.runtime.agent_setup import agent_tools, loop_settings
 from picobot.runtime.lease import Lease
 from picobot.runtime.provider_chain import agent_provider
@@ -45,6 +45,8 @@ def drain_session(rt: Runtime, session_id: str) -> int:
     One turn per lease: after each, the lease is released and *then* the queue is checked. A
     task that found the lease held relies on exactly that check to see the input it brought.
     """
+    if placement.forwarded(rt, session_id):  # its chat's files are on another live worker host
+        return 0
     ran = 0
     while True:
         lease = Lease(rt.redis, session_id, rt.config.gateway.turn_lease_secs)

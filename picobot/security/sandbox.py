@@ -91,8 +91,9 @@ def probe(bwrap: str) -> str | None:
 
 
 def bwrap_argv(bwrap: str, workspace: Path, homes: Sequence[Path], command: Sequence[str],
-               extra_ro: Sequence[Path] = ()) -> list[str]:
-    """The bwrap command line that runs `command` with `workspace` as its only writable folder."""
+               extra_ro: Sequence[Path] = (), chdir: Path | None = None) -> list[str]:
+    """The bwrap command line that runs `command` with `workspace` as its only writable folder,
+    in `chdir` (a folder inside the workspace; default the workspace itself)."""
     argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     argv += _system_mounts()
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
@@ -106,7 +107,7 @@ def bwrap_argv(bwrap: str, workspace: Path, homes: Sequence[Path], command: Sequ
     ws = str(workspace)
     argv += ["--bind", ws, ws]
     argv += _hide(homes, [workspace])
-    argv += ["--chdir", ws, "--", *command]
+    argv += ["--chdir", str(chdir or workspace), "--", *command]
     return argv
 
 

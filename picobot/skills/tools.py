@@ -110,8 +110,8 @@ def read_skill_file(skill: Skill, raw: object) -> str:
 class SkillManageTool(Tool):
     name = "skill_manage"
     description = (
-        "Manage skills. create/update: description (when to use), body (Markdown); disable/enable: "
-        "names. scope default: project. " + _NO_PERMISSIONS
+        "create/update: description (when to use), body (Markdown); disable/enable: names. "
+        "scope default: project."
     )
     parameters = {
         "type": "object",

@@ -542,3 +542,46 @@ class UsageRow(Base):
         Index("ix_usage_session", "session_id"),
         Index("ix_usage_job_day", "job_id", "day"),
     )
+
+
+class TaskPlanRow(Base):
+    """A dialog's plan (the `todo` tool): at most one per dialog, its items in `task_items`."""
+
+    __tablename__ = "task_plans"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"), unique=True)
+    title: Mapped[str] = mapped_column(String(256), default="")
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class TaskItemRow(Base):
+    """One item of a plan; `number` is the id the model and the user see (1, 2, ...)."""
+
+    __tablename__ = "task_items"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True, autoincrement=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("task_plans.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending | in_progress | done | blocked
+    note: Mapped[str] = mapped_column(Text, default="")
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (UniqueConstraint("plan_id", "number", name="uq_task_items_plan_number"),)
+class ChatHostRow(Base):
+    """Which worker host holds a chat's workspace (runtime/placement.py): its dialogs' turns run there.
+
+    Absent for a chat no turn has run for yet, and unused when `tools.workspace_storage` is shared by
+    every host. `moved_from`/`moved_at`: the last move, made when the holding host had died.
+    """
+
+    __tablename__ = "chat_hosts"
+
+    channel: Mapped[str] = mapped_column(String(64), primary_key=True)
+    chat_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    host: Mapped[str] = mapped_column(String(64))
+    pinned_at: Mapped[float] = mapped_column(Float)
+    moved_from: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    moved_at: Mapped[float | None] = mapped_column(Float, nullable=True)

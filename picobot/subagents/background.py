@@ -10,12 +10,13 @@ from picobot.agent.loop import LoopSettings
 from picobot.agent.snapshot import TurnController
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import Usage
+from picobot.runtime import placement
 from picobot.runtime.session_messages import SessionMessenger
 from picobot.storage import agent_runs
 from picobot.storage.models import RUN_CANCELLED, RUN_FAILED
 from picobot.subagents.control import StopPoller
 from picobot.subagents.inbox import finish_and_post
-from picobot.subagents.runner import TASK_TOOL, ChildSpec, Outcome, child_tools, run_child
+from picobot.subagents.runner import TASK_TOOL, ChildSpec, Outcome, child_tools, report_run, run_child
 from picobot.tools.base import ToolContext
 
 if TYPE_CHECKING:
@@ -25,7 +26,14 @@ log = logging.getLogger("picobot.subagents")
 
 
 def run_background_run(rt: "AgentPorts", run_id: str) -> str:
-    """Run a queued run to its end; returns its final status ("skipped" if it was not queued)."""
+    """Run a queued run to its end; returns its final status ("skipped" if it was not queued,
+    "forwarded" when its chat's files are on another live worker host: sent to that host's queue)."""
+    with rt.db.connect() as conn:
+        queued = agent_runs.get(conn, run_id)
+    queue = placement.route(rt, queued["session_id"]) if queued is not None else None
+    if queue is not None:
+        rt.queue.enqueue_subagent(run_id, queue=queue)
+        return "forwarded"
     with rt.db.begin() as conn:
         if not agent_runs.claim(conn, run_id, rt.worker_name):
             return "skipped"  # cancelled while queued, or another worker has it
@@ -43,6 +51,8 @@ def run_background_run(rt: "AgentPorts", run_id: str) -> str:
     report = outcome.status != RUN_CANCELLED
     with rt.db.begin() as conn:
         posted = finish_and_post(conn, run, outcome.status, outcome.text, outcome.usage, report)
+    report_run(rt, run_id, run["session_id"], outcome.status, outcome.text, run["subagent_type"],
+               run["description"], (run["definition"] or {}).get("plan_item_id"))
     if posted and report:
         _wake(rt, run["session_id"])
     log.info("background run %s %s", run_id, outcome.status)

@@ -18,6 +18,7 @@ from picobot.runtime.heartbeat import worker_turns
 from picobot.storage import agent_runs
 from picobot.storage.models import RUN_INTERRUPTED
 from picobot.subagents.inbox import post
+from picobot.subagents.runner import report_run
 
 if TYPE_CHECKING:
     from picobot.runtime.ports import AgentPorts
@@ -60,6 +61,9 @@ def _interrupt(rt: "AgentPorts", run: Any) -> int:
         told = bool(run.background) and full is not None and post(
             conn, full, RUN_INTERRUPTED, f"{DEAD_WORKER} before it finished; start it again if it is still needed")
     log.warning("sub-agent run %s interrupted: %s", run.id, DEAD_WORKER)
+    if full is not None:
+        report_run(rt, run.id, full["session_id"], RUN_INTERRUPTED, DEAD_WORKER, full["subagent_type"],
+                   full["description"], (full["definition"] or {}).get("plan_item_id"))
     if told:
         try:
             rt.queue.enqueue_turn(full["session_id"])  # type: ignore[index]

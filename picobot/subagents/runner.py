@@ -16,7 +16,7 @@ from picobot.agent.loop import AgentLoop, LoopSettings
 from picobot.agent.snapshot import TurnController
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import ChatMessage, Usage
-from picobot.plugins.types import StageContext
+from picobot.plugins.types import StageContext, SubagentRunView
 from picobot.storage.models import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED
 from picobot.tools.base import Tool, ToolContext
 from picobot.tools.registry import ToolRegistry
@@ -44,11 +44,21 @@ class Outcome:
 
 
 def child_tools(parent: ToolRegistry, allowed: Callable[[Tool], bool], task_tool: Tool | None) -> ToolRegistry:
-    """The parent's tools that `allowed` keeps; `task` only as `task_tool` (None removes it)."""
+    """The parent's tools that `allowed` keeps, never one for the main agent only; `task` only as `task_tool`
+    (None removes it)."""
     def keep(tool: Tool) -> bool:
+        if getattr(tool, "main_agent_only", False):
+            return False
         return (task_tool is not None) if tool.name == TASK_TOOL else allowed(tool)
 
     return parent.narrowed(keep, {TASK_TOOL: task_tool} if task_tool is not None else None)
+
+
+def report_run(rt: Any, run_id: str, session_id: str, status: str, text: str = "", subagent_type: str = "",
+               description: str = "", plan_item_id: int | None = None) -> None:
+    """Tell the plugins a run was admitted or ended (`picobot_subagent_run`: a plan item follows it)."""
+    view = SubagentRunView(run_id, session_id, status, subagent_type, description, text, plan_item_id)
+    rt.plugins.call("picobot_subagent_run", run=view, ports=rt)
 
 
 def run_child(spec: ChildSpec, provider, tools: ToolRegistry, settings: LoopSettings,  # type: ignore[no-untyped-def]

@@ -27,7 +27,7 @@ from picobot.storage.models import RUN_COMPLETED, RUN_FAILED, RUN_QUEUED, RUN_RU
 from picobot.subagents.catalog import SubagentCatalog
 from picobot.subagents.definitions import GENERAL, Definition
 from picobot.subagents.manage import manage
-from picobot.subagents.runner import TASK_TOOL, ChildSpec, Outcome, child_tools, run_child
+from picobot.subagents.runner import TASK_TOOL, ChildSpec, Outcome, child_tools, report_run, run_child
 from picobot.tools.base import RunningAgent, Tool, ToolContext
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ log = logging.getLogger("picobot.subagents")
 MAX_DESCRIPTION_CHARS = 500
 MAX_PROMPT_CHARS = 50_000
 MAX_TYPES_CHARS = 400  # the custom types listed in the tool's description
+MAX_PLAN_ITEM_ID = 10_000
 _AGENT_PROMPT = (
     "Another agent handed you one task. Work on it alone with your tools; nobody will answer questions. "
     "Your final answer is returned to that agent as the task's result: make it a complete, concise report."
@@ -57,6 +58,7 @@ class _Request:
     prompt: str
     subagent_type: str
     background: bool
+    plan_item_id: int | None = None  # the dialog's plan item the run works on: it follows the run
 
 
 class TaskTool(Tool):
@@ -70,6 +72,7 @@ class TaskTool(Tool):
             "background": {"type": "boolean"},
             "action": {"enum": ["run", "get", "list", "get_result", "cancel"]},
             "run_id": {"type": "string"},
+            "plan_item_id": {"type": "integer"},
         },
         "additionalProperties": False,
     }
@@ -111,6 +114,7 @@ class TaskTool(Tool):
         if target is not None:
             run, spec, tools, child = self._prepare_agent(request, target, ctx)
             self._admit(run, ctx)
+            self._report(run, RUN_QUEUED if request.background else RUN_RUNNING)
             if request.background:
                 return self._start_background(run, ctx.agent)
             return self._run_foreground(run, spec, tools, ctx.agent, child, target)
@@ -122,6 +126,7 @@ class TaskTool(Tool):
             definition = GENERAL
         run, spec, tools = self._prepare(request, definition, ctx.agent, ctx)
         self._admit(run, ctx)
+        self._report(run, RUN_QUEUED if request.background else RUN_RUNNING)
         if request.background:
             return self._start_background(run, ctx.agent) + note
         return self._run_foreground(run, spec, tools, ctx.agent, ctx) + note
@@ -164,7 +169,7 @@ class TaskTool(Tool):
         snapshot = {"name": target.name, "source": f"agent:{target.source}", "path": None, "read_only": False,
                     "allowed_tools": list(target.tools) if target.tools is not None else None,
                     "max_execution_secs": target.timeout_secs, "generation": target.generation,
-                    "requested_type": req.subagent_type, "run": {
+                    "requested_type": req.subagent_type, "plan_item_id": req.plan_item_id, "run": {
             "tools": tools.names(), "system_prompt": spec.system_prompt, "task_text": spec.task_text,
             "timeout_secs": spec.timeout_secs, "max_iterations": spec.max_iterations,
             "provider": target.provider_key, "settings": dataclasses.asdict(settings),
@@ -191,7 +196,8 @@ class TaskTool(Tool):
         spec = ChildSpec(run_id, system_prompt, f"Task: {req.description}\n\n{req.prompt}",
                          min(cfg.timeout_secs, definition.max_execution_secs or math.inf),
                          min(cfg.max_iterations, parent.settings.max_tool_iterations))
-        snapshot = {**definition.snapshot(), "requested_type": req.subagent_type, "run": {
+        snapshot = {**definition.snapshot(), "requested_type": req.subagent_type, "plan_item_id": req.plan_item_id,
+                    "run": {
             "tools": tools.names(), "system_prompt": spec.system_prompt, "task_text": spec.task_text,
             "timeout_secs": spec.timeout_secs, "max_iterations": spec.max_iterations,
             "provider": parent.provider.key, "settings": dataclasses.asdict(parent.settings),
@@ -200,6 +206,11 @@ class TaskTool(Tool):
         run = NewRun(run_id, ctx.session_id, ctx.turn_id, self.parent_run_id, depth, req.background, definition.name,
                      snapshot, req.description, req.prompt, ctx.sender_id)
         return run, spec, tools
+
+    def _report(self, run: NewRun, status: str, text: str = "") -> None:
+        """The run's admission or end, for the plugins (a plan item follows it)."""
+        report_run(self.rt, run.id, run.session_id, status, text, run.subagent_type, run.description,
+                   run.definition.get("plan_item_id"))
 
     def _admit(self, run: NewRun, ctx: ToolContext) -> None:
         limit = self.rt.config.subagents.max_children_per_turn
@@ -215,6 +226,14 @@ class TaskTool(Tool):
 
     def _run_foreground(self, run: NewRun, spec: ChildSpec, tools: Any, parent: RunningAgent,
                         ctx: ToolContext, target: "ResolvedAgent | None" = None) -> str:
+        outcome = self._outcome(run, spec, tools, parent, ctx, target)
+        self._report(run, outcome.status, outcome.text)
+        if outcome.status != RUN_COMPLETED:
+            raise ToolError(f"Sub-agent run {run.id} ({run.subagent_type}) {outcome.status}: {outcome.text}.")
+        return f"Sub-agent run {run.id} ({run.subagent_type}) completed:\n\n{outcome.text}"
+
+    def _outcome(self, run: NewRun, spec: ChildSpec, tools: Any, parent: RunningAgent,
+                 ctx: ToolContext, target: "ResolvedAgent | None") -> Outcome:
         events: TurnController = parent.events
         events.subagent_started(run.id, _block_info(run, RUN_RUNNING))
         controller = TurnController(ctx.session_id, run.id,
@@ -240,9 +259,7 @@ class TaskTool(Tool):
             result, error = (outcome.text, None) if outcome.status == RUN_COMPLETED else (None, outcome.text)
             agent_runs.finish(conn, run.id, run.session_id, outcome.status, result, error, outcome.usage)
         events.subagent_progress(run.id, status=outcome.status, usage=_usage(outcome.usage))
-        if outcome.status != RUN_COMPLETED:
-            raise ToolError(f"Sub-agent run {run.id} ({run.subagent_type}) {outcome.status}: {outcome.text}.")
-        return f"Sub-agent run {run.id} ({run.subagent_type}) completed:\n\n{outcome.text}"
+        return outcome
 
     # --- background -----------------------------------------------------------------------
 
@@ -280,7 +297,16 @@ def _request(args: dict[str, Any]) -> _Request:
     prompt = _text(args, "prompt", MAX_PROMPT_CHARS, "the complete instructions for the sub-agent")
     kind = repair_text(str(args.get("subagent_type") or "general")).strip()[:64] or "general"
     # a named agent is asked for by `subagent_type` (one argument less in every prompt)
-    return _Request(description, prompt, kind, bool(args.get("background", False)))
+    return _Request(description, prompt, kind, bool(args.get("background", False)), _plan_item(args))
+
+
+def _plan_item(args: dict[str, Any]) -> int | None:
+    item = args.get("plan_item_id")
+    if isinstance(item, float) and item.is_integer():  # 2.0: an integer to JSON Schema too
+        item = int(item)
+    if item is not None and (isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_PLAN_ITEM_ID):
+        raise ToolError("`plan_item_id`: the number of an item of this dialog's plan (todo list shows them).")
+    return item
 
 
 def _text(args: dict[str, Any], key: str, limit: int, what: str) -> str:

@@ -15,6 +15,7 @@ from picobot.tools.clock import ClockTool
 from picobot.tools.files import EditFileTool, ReadFileTool, WriteFileTool
 from picobot.tools.http import HttpRequestTool
 from picobot.tools.registry import ToolRegistry
+from picobot.tools.search import ContentSearchTool, FileSearchTool
 from picobot.tools.session_message import SendSessionMessageTool
 from picobot.tools.shell import SHELL_TOOL_NAME, ShellTool
 from picobot.tools.web_fetch import WebFetchTool
@@ -55,6 +56,8 @@ def build_registry(disabled: Iterable[str] = (), extra: Iterable[Tool] = ()) -> 
     register(ReadFileTool())
     register(WriteFileTool())
     register(EditFileTool())
+    register(FileSearchTool())
+    register(ContentSearchTool())
     register(ShellTool())
     register(HttpRequestTool())
     register(WebFetchTool())

@@ -68,6 +68,8 @@ class Tool:
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
     # True for tools that change nothing: they run in parallel even on the same file.
     read_only: bool = False
+    # True for tools only a dialog's own agent gets: a sub-agent is never offered them (the dialog's plan).
+    main_agent_only: bool = False
 
     def footprint(self, args: dict[str, Any], ctx: ToolContext) -> frozenset[str]:
         """What this call touches (e.g. resolved file paths); calls sharing one, unless all

@@ -16,7 +16,7 @@ _UTC_NAMES = {"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "Zulu", "Universal"}
 class ClockTool(Tool):
     name = "get_time"
     description = (
-        "Current date, time, weekday and UTC offset. Call it when the answer depends on the time."
+        "Date, time, weekday and UTC offset now, in the timezone you name or the user's."
     )
     parameters = {
         "type": "object",

@@ -16,7 +16,6 @@ DEFAULT_READ_LINES = 2000
 MAX_LINE_CHARS = 2000
 DEFAULT_READ_MAX_CHARS = 50_000
 _SNIFF_BYTES = 8192
-_PATH_HELP = "In the workspace."
 # A FIFO opened without O_NONBLOCK waits for a writer forever; O_NOFOLLOW stops a symlink
 # swapped in after the path was checked. Both are no-ops where the platform lacks them.
 _OPEN_FLAGS = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
@@ -44,7 +43,7 @@ class ReadFileTool(_FileTool):
     parameters = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": _PATH_HELP},
+            "path": {"type": "string"},
             "offset": {"type": "integer", "minimum": 1, "description": "First line, 1-based."},
             "limit": {"type": "integer", "minimum": 1, "description": f"Max lines. Default {DEFAULT_READ_LINES}."},
         },
@@ -73,7 +72,7 @@ class WriteFileTool(_FileTool):
     parameters = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": _PATH_HELP},
+            "path": {"type": "string"},
             "content": {"type": "string", "description": "The whole new file."},
         },
         "required": ["path", "content"],
@@ -104,7 +103,7 @@ class EditFileTool(_FileTool):
     parameters = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": _PATH_HELP},
+            "path": {"type": "string"},
             "old_text": {"type": "string", "minLength": 1, "description": "Exact text to replace."},
             "new_text": {"type": "string", "description": "Empty deletes."},
             "replace_all": {"type": "boolean", "description": "Every match."},

@@ -51,9 +51,9 @@ class HttpRequestTool(Tool):
     parameters = {
         "type": "object",
         "properties": {
-            "method": {"type": "string", "enum": METHODS, "description": "Verb."},
-            "url": {"type": "string", "description": "Absolute URL."},
-            "headers": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Headers."},
+            "method": {"type": "string", "enum": METHODS},
+            "url": {"type": "string"},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
             "body": {"type": "string", "description": "Raw text."},
             "json": {"description": "JSON body; sets Content-Type."},
             "timeout_secs": {

@@ -38,6 +38,7 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Draft202012Validator] = {}
+        self._specs: dict[str, ToolSpec] = {}
         self._write_lock = threading.Lock()
 
     def register(self, tool: Tool) -> None:
@@ -54,6 +55,7 @@ class ToolRegistry:
                 raise ValueError(f"a tool named {name!r} is already registered")
             # validator first: a reader that finds the tool always finds its validator
             self._validators = {**self._validators, name: Draft202012Validator(tool.parameters)}
+            self._specs = {**self._specs, name: ToolSpec(name, tool.description, model_schema(tool.parameters))}
             self._tools = {**self._tools, name: tool}
 
     def unregister(self, name: str) -> Tool | None:
@@ -78,6 +80,7 @@ class ToolRegistry:
                 raise ValueError(f"tool {name!r} can only be replaced by one with the same parameters")
         child = ToolRegistry()
         child._validators = {name: self._validators[name] for name in tools}
+        child._specs = {name: ToolSpec(name, tool.description, self._specs[name].parameters) for name, tool in tools.items()}
         child._tools = tools
         return child
 
@@ -88,7 +91,8 @@ class ToolRegistry:
         return list(self._tools.values())
 
     def specs(self) -> list[ToolSpec]:
-        return [ToolSpec(t.name, t.description, t.parameters) for t in self._tools.values()]
+        specs = self._specs
+        return [specs[name] for name in self._tools]
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -142,6 +146,19 @@ class ToolRegistry:
     def _schema_problems(self, name: str, args: dict[str, Any]) -> list[str]:
         errors = sorted(self._validators[name].iter_errors(args), key=lambda e: list(e.absolute_path))
         return [f"{_json_path(e)}: {_shorten(e.message, _ERROR_MESSAGE_CHARS)}" for e in errors]
+
+
+def model_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The arguments schema as the model sees it: without what only the validator needs.
+
+    Every call is validated against the full schema (unknown arguments are refused with a clear error
+    then), so the top-level `"additionalProperties": false` and an empty `"required"` list would only
+    spend prompt tokens on every model call.
+    """
+    if schema.get("additionalProperties") is not False and schema.get("required") != []:
+        return schema
+    return {k: v for k, v in schema.items()
+            if not (k == "additionalProperties" and v is False) and not (k == "required" and v == [])}
 
 
 def parse_arguments(tool_name: str, raw: str) -> dict[str, Any]:

@@ -18,8 +18,8 @@ class SendSessionMessageTool(Tool):
         "type": "object",
         "properties": {
             "text": {"type": "string", "minLength": 1, "description": "Markdown allowed."},
-            "channel": {"type": "string", "description": "Default: this one."},
-            "chat_id": {"type": "string", "description": "On that channel. Default: this chat."},
+            "channel": {"type": "string"},
+            "chat_id": {"type": "string", "description": "Default: this chat."},
         },
         "required": ["text"],
         "additionalProperties": False,

@@ -68,10 +68,10 @@ class ShellTool(Tool):
         timeout = min(max(float(args.get("timeout_secs") or default), 0.1), MAX_TIMEOUT_SECS)
         max_chars = int(ctx.settings.get("bash_output_max_chars", DEFAULT_OUTPUT_MAX_CHARS))
         root = workspace_root(ctx)
-        argv, env = _launch_spec(args["command"], root, ctx, self._egress)
-        proc = _start(argv, env, str(root))
-        output = _Output(max_chars)
-        reader = _Reader(proc, output)
+        argv, env = launch_spec(_shell_argv(args["command"]), root, ctx, self._egress)
+        proc = start_process(argv, env, str(root))
+        output = CappedOutput(max_chars)
+        reader = OutputReader(proc, output)
         remove_callback = ctx.cancel.on_cancel(lambda: kill_process_group(proc))
         try:
             exited = _wait(proc, timeout, ctx)
@@ -108,11 +108,16 @@ def kill_process_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _launch_spec(command: str, root: Path, ctx: ToolContext, egress: EgressLink) -> tuple[list[str], dict[str, str]]:
-    """argv and environment for the command: plain bash, or bash inside the sandbox."""
+def _shell_argv(command: str) -> list[str]:
+    return ["cmd.exe", "/d", "/s", "/c", command] if IS_WINDOWS else ["bash", "-c", command]
+
+
+def launch_spec(argv: list[str], root: Path, ctx: ToolContext, egress: EgressLink, chdir: Path | None = None,
+                overrides: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """argv and environment for a command run by a tool under `bash`'s rules: the allowlisted
+    environment (plus `tools.bash.env`, then `overrides`), inside the sandbox when it is on."""
     bash = ctx.settings.get("bash") if isinstance(ctx.settings.get("bash"), dict) else {}
-    env = command_env(bash.get("env"))
-    argv = ["cmd.exe", "/d", "/s", "/c", command] if IS_WINDOWS else ["bash", "-c", command]
+    env = command_env(bash.get("env"), overrides=overrides)
     if IS_WINDOWS:
         return argv, env
     status = sandbox_status(str(bash.get("sandbox") or AUTO))
@@ -128,10 +133,10 @@ def _launch_spec(command: str, root: Path, ctx: ToolContext, egress: EgressLink)
     if socket_path is not None:
         argv, extra = bridge_argv(socket_path, argv)
         env = proxy_env(env)
-    return bwrap_argv(status.bwrap, root, homes=(picobot_home(),), command=argv, extra_ro=extra), env
+    return bwrap_argv(status.bwrap, root, homes=(picobot_home(),), command=argv, extra_ro=extra, chdir=chdir), env
 
 
-def _start(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
+def start_process(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
     common: dict[str, Any] = {
         "cwd": cwd,
         "env": env,
@@ -145,7 +150,7 @@ def _start(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[b
             return subprocess.Popen(argv, creationflags=flags, **common)
         return subprocess.Popen(argv, start_new_session=True, **common)
     except OSError as exc:
-        raise ToolError(f"Could not start the shell: {exc}") from None
+        raise ToolError(f"Could not start {argv[0]}: {exc.strerror or exc}") from None
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float, ctx: ToolContext) -> bool:
@@ -163,7 +168,7 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float, ctx: ToolContext) -> bo
     return True
 
 
-class _Output:
+class CappedOutput:
     """Decoded output that keeps the head and the tail once it passes max_chars."""
 
     def __init__(self, max_chars: int) -> None:
@@ -192,10 +197,10 @@ class _Output:
             return f"{self._head}\n\n[... {omitted} characters of output omitted ...]\n\n{self._tail}"
 
 
-class _Reader:
+class OutputReader:
     """Drains the output pipe on a thread so the child never blocks on a full pipe."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], output: _Output) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], output: Any) -> None:  # anything with add(data, final)
         assert proc.stdout is not None
         self._pipe = proc.stdout
         self._output = output

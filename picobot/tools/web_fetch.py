@@ -42,7 +42,7 @@ class WebFetchTool(Tool):
     parameters = {
         "type": "object",
         "properties": {
-            "url": {"type": "string", "description": "Absolute URL."},
+            "url": {"type": "string"},
             "max_chars": {
                 "type": "integer",
                 "minimum": 100,

@@ -65,6 +65,7 @@ const ICONS = {
   book: "M5 4h10a4 4 0 0 1 4 4v12H9a4 4 0 0 1-4-4zM5 16a4 4 0 0 1 4-4h10",
   clock: "M12 7v5l3 2M21 12a9 9 0 1 1-18 0 9 9 0 0 1 18 0z",
   bars: "M4 20h16M6 16v-5M11 16V6M16 16v-8",
+  list: "M9 6h11M9 12h11M9 18h11M4 6h1M4 12h1M4 18h1",
 };
 
 export function icon(name, cls = "icon") {

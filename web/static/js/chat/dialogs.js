@@ -12,6 +12,7 @@ export class DialogList {
     this.onList = onList || (() => {});
     this.showArchived = false;
     this.currentId = null;
+    this.unread = new Set(); // dialogs whose plan changed while another one was shown
     this.list = h("ul", { class: "dialog-list", id: "dialog-list" });
     this.archivedToggle = h("input", { type: "checkbox", id: "show-archived" });
     this.archivedToggle.addEventListener("change", () => {
@@ -47,7 +48,18 @@ export class DialogList {
 
   setCurrent(sessionId) {
     this.currentId = sessionId;
-    for (const li of this.list.children) li.classList.toggle("current", li.dataset.session === sessionId);
+    this.unread.delete(sessionId);
+    for (const li of this.list.children) {
+      li.classList.toggle("current", li.dataset.session === sessionId);
+      li.classList.toggle("plan-unread", this.unread.has(li.dataset.session));
+    }
+  }
+
+  // Another dialog's plan changed: a mark on it until it is shown.
+  markUnread(sessionId) {
+    if (sessionId === this.currentId) return;
+    this.unread.add(sessionId);
+    for (const li of this.list.children) if (li.dataset.session === sessionId) li.classList.add("plan-unread");
   }
 
   render(sessions) {
@@ -56,7 +68,8 @@ export class DialogList {
       const item = h("li", { class: "dialog" + (s.archived ? " archived" : ""), dataset: { session: s.session_id, dialog: s.dialog_id } },
         h("button", { type: "button", class: "dialog-btn", title: `${title} (${s.dialog_id})` },
           h("span", { class: "dialog-title" }, title),
-          h("span", { class: "dialog-meta" }, s.archived ? "archived · " : "", fmtAgo(s.updated_at))));
+          h("span", { class: "dialog-meta" }, s.archived ? "archived · " : "", fmtAgo(s.updated_at),
+            h("span", { class: "plan-dot", title: "Its plan changed" }))));
       item.firstChild.addEventListener("click", () => this.onSwitch(s));
       return item;
     }));

@@ -93,6 +93,7 @@ export function renderStored(msg, tools) {
   const time = msg.created_at;
   if (msg.role === "user") return userBubble(msg.content, { time });
   if (msg.role === "system") {
+    if (msg.marker === "host_moved") return h("div", { class: "notice host-moved" }, textOf(msg.content));
     return msg.marker === "history_compaction" ? h("div", { class: "notice" }, "Earlier messages were summarised to save context.") : null;
   }
   if (msg.role === "tool") {

@@ -6,6 +6,7 @@ import { Transcript } from "./transcript.js";
 import { Composer } from "./composer.js";
 import { DialogList } from "./dialogs.js";
 import { ModelPicker } from "./model.js";
+import { PlanPanel } from "./plan.js";
 
 const FIRST_LIMIT = 200; // what the server's ready frame carries
 const MAX_LIMIT = 1000;
@@ -33,15 +34,17 @@ class ChatPage {
     this.titleWrap = h("div", { class: "chat-title-wrap" }, this.title, this.sub);
     this.picker = new ModelPicker({ command: (text) => this.socket.command(text),
       notice: (text, kind) => this.transcript.notice(text, kind) });
+    this.plan = new PlanPanel();
     const header = h("header", { class: "chat-head" }, menu, this.titleWrap, this.picker.el, this.usage,
-      h("div", { class: "chat-actions" }, this.renameBtn, this.archiveBtn, this.deleteBtn));
+      h("div", { class: "chat-actions" }, this.plan.toggle, this.renameBtn, this.archiveBtn, this.deleteBtn));
     this.scroller = h("div", { class: "chat-scroll", id: "chat-scroll" });
     this.transcript = new Transcript(this.scroller, { onLoadEarlier: () => this.loadEarlier() });
     this.scroller.append(this.transcript.el);
     this.composer = new Composer({ onSend: (c, mode) => this.send(c, mode), onStop: () => this.stop() });
     const banner = h("div", { class: "conn-banner", role: "status" }, h("span", { class: "spinner" }),
       "Connection lost — reconnecting. Messages will catch up by themselves.");
-    this.el = h("section", { class: "page chat-page", id: "chat-page" }, header, banner, this.scroller, this.composer.el);
+    this.el = h("section", { class: "page chat-page", id: "chat-page" }, header, banner,
+      h("div", { class: "chat-body" }, h("div", { class: "chat-col" }, this.scroller, this.composer.el), this.plan.el));
     this.dialogs = new DialogList({ chatId: ctx.chatId, onNew: () => this.command("/new"),
       onList: (list) => { this.preview = (list.find((d) => d.session_id === this.session?.session_id) || {}).preview; this.renderTitle(); },
       onSwitch: (s) => { ctx.closeNav(); ctx.go("chat"); if (s.session_id !== this.session?.session_id) this.command(`/switch ${s.dialog_id}`); } });
@@ -75,6 +78,12 @@ class ChatPage {
       if (typeof f.title === "string") { this.session.title = f.title; this.renderTitle(); }
       this.dialogs.refreshSoon(0);
     });
+    // the dialog's plan: its state when the socket starts watching it, then every change (other dialogs' too)
+    s.on("session_plan", (f) => { if (mine(f)) this.plan.show(f.plan, false); });
+    s.on("plan_updated", (f) => {
+      if (mine(f)) this.plan.show(f.plan, true);
+      else if (typeof f.session_id === "string") this.dialogs.markUnread(f.session_id);
+    });
     s.on("error", (f) => { if (f.id === undefined || f.id === null) this.transcript.notice(f.error || "Error", "error"); });
     s.on("status", (st) => { this.composer.setConnected(st === "open"); this.el.dataset.conn = st; });
     this.composer.setConnected(false);
@@ -86,6 +95,8 @@ class ChatPage {
     const info = frame.session;
     const changed = !this.session || this.session.session_id !== info.session_id;
     if (changed) this.preview = "";
+    // a dialog with a plan: its session_plan frame follows this one
+    if (changed) this.plan.reset(); else this.plan.show(null, false);
     this.session = info;
     this.renderTitle();
     const messages = frame.history || [];
