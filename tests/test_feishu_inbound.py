@@ -98,7 +98,7 @@ def test_post_becomes_markdown() -> None:
 
 
 @pytest.mark.parametrize("message_type,content,expected", [
-    ("audio", {"file_key": "f1", "duration": 3}, "[unsupported message type audio]"),
+    ("audio", {"no_key": 1}, "[unsupported message type audio]"),
     ("sticker", {"file_key": "f1"}, "[unsupported message type sticker]"),
     ("share_chat", {"chat_id": "oc_2"}, "[unsupported message type share_chat]"),
     ("image", {"no_key": 1}, "[unsupported message type image]"),

@@ -111,7 +111,7 @@ def test_a_photo_becomes_an_image_block_and_is_saved(fake_tg: FakeTelegram, make
     assert [p.read_bytes() for p in saved] == [PNG]
 
 
-def test_a_document_is_saved_and_named_and_a_voice_note_is_explained(fake_tg: FakeTelegram, make_rt: Any) -> None:
+def test_a_document_is_saved_and_named_and_a_voice_note_becomes_audio(fake_tg: FakeTelegram, make_rt: Any) -> None:
     rt = make_rt()
     file_id = fake_tg.add_file(b"a,b\n1,2\n", "documents/data.csv")
     doc = {"file_id": file_id, "file_unique_id": "d1", "file_name": "../../etc/data.csv", "file_size": 8}
@@ -119,9 +119,13 @@ def test_a_document_is_saved_and_named_and_a_voice_note_is_explained(fake_tg: Fa
     assert content.startswith("[file ../../etc/data.csv (8 bytes) saved to ")
     path = content.split(" saved to ", 1)[1].rstrip("]")
     assert path.startswith(str(rt.config.home / "media" / "telegram")) and open(path, "rb").read() == b"a,b\n1,2\n"
-    voice = {"file_id": "v", "file_unique_id": "v1", "duration": 4, "mime_type": "audio/ogg"}
-    note = only_content(rt, fake_tg.message(chat_id=FRIEND, text=None, voice=voice, queue=False))
-    assert "voice message, 4 s" in note and "not transcribed" in note
+    voice = {"file_id": fake_tg.add_file(b"OggS voice", "voice/v.oga"), "file_unique_id": "v1", "duration": 4,
+             "mime_type": "audio/ogg"}
+    [block] = only_content(rt, fake_tg.message(chat_id=FRIEND, text=None, voice=voice, queue=False))
+    assert block == {"type": "audio", "url": "data:audio/ogg;base64,T2dnUyB2b2ljZQ=="}  # heard by the worker
+    gone = {"file_id": "v", "file_unique_id": "v1", "duration": 4, "mime_type": "audio/ogg"}
+    note = only_content(rt, fake_tg.message(chat_id=FRIEND, text=None, voice=gone, queue=False))
+    assert "voice message that could not be downloaded" in note
 
 
 def test_a_file_telegram_refuses_is_a_note_a_transient_failure_raises(fake_tg: FakeTelegram, make_rt: Any) -> None:

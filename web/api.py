@@ -103,6 +103,40 @@ def list_sessions() -> Response:
     return jsonify({"channel": channel, "chat_id": chat_id, "sessions": items})
 
 
+@bp.get("/voice")
+def voice() -> Response:
+    """What the chat page offers: a voice message button (always: without voice.stt the user is told why it
+    is not heard) and a spoken copy of answers to voice messages (voice.tts)."""
+    cfg = _rt().config
+    return jsonify({"stt": cfg.voice.stt is not None, "tts": cfg.voice.tts is not None,
+                    "max_audio_bytes": cfg.gateway.max_audio_bytes, "max_frame_bytes": cfg.gateway.max_frame_bytes})
+
+
+@bp.get("/speech/<int:message_id>")
+def speech(message_id: int) -> Response:
+    """An answer of a web or terminal dialog as speech (voice.tts), made when asked (docs/VOICE.md)."""
+    from picobot.domain.messages import text_of
+    from picobot.storage.models import MessageRow
+
+    rt = _rt()
+    if rt.config.voice.tts is None:
+        return _error(404, "no_tts", "Spoken answers need `voice.tts` in config.json (docs/VOICE.md).")
+    with rt.db.read() as s:
+        row = s.get(MessageRow, message_id)
+        found = (row.session_id, row.role, row.marker, text_of(row.content or "")) if row is not None else None
+    if found is None or found[0].split(":", 1)[0] not in CHANNELS or found[1] != "assistant" or found[2] \
+            or not found[3].strip():
+        return _error(404, "not_found", "No answer with this id to speak.")
+    clip = rt.plugins.first("picobot_speech", text=found[3], ports=rt)
+    if clip is None:
+        return _error(404, "no_tts", "Spoken answers need `voice.tts` in config.json (docs/VOICE.md).")
+    if isinstance(clip, str) or not isinstance(getattr(clip, "data", None), bytes):
+        return _error(502, "speech_failed", f"The speech could not be made: {clip if isinstance(clip, str) else '?'}")
+    resp = Response(clip.data, mimetype=clip.mime)
+    resp.headers["Cache-Control"] = "private, max-age=86400"  # an answer never changes
+    return resp
+
+
 @bp.get("/pairing/devices")
 def devices() -> Response:
     me_id = getattr(current_device(), "id", None)

@@ -20,7 +20,9 @@ YEAR = 365 * 24 * 3600
 
 # No inline script or style anywhere: the policy forbids both, so injected markup cannot run.
 # img-src allows data: (attached images) and https: (images a model links to).
+# media-src data: blob: (a recorded voice message before it is sent, and as stored in the input).
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: https:; "
+       "media-src 'self' data: blob:; "
        "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
        "frame-ancestors 'none'")
 SECURITY_HEADERS = {

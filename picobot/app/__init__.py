@@ -40,6 +40,7 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
     from picobot.skills.plugin import SkillsPlugin
     from picobot.subagents.plugin import SubagentsPlugin
     from picobot.titles.plugin import TitlesPlugin
+    from picobot.voice.plugin import VoicePlugin
     from picobot.webhooks.plugin import WebhooksPlugin
 
     plugins: list[tuple[str, Any]] = [
@@ -48,6 +49,7 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
         ("webhooks", WebhooksPlugin()), ("titles", TitlesPlugin()), ("budgets", BudgetsPlugin()),
         ("delegates", DelegatesPlugin()),
         ("plans", PlansPlugin()),
+        ("voice", VoicePlugin()),
         ("browser", BrowserPlugin()),
     ]
     from picobot.observability.plugin import observability_plugins

@@ -44,6 +44,7 @@ MIN_ATTEMPTS_BEFORE_GIVING_UP = 10
 STALE_SECS = 5.0  # a pending row this old, in a lane nobody holds, lost its wake-up: the sweeper re-enqueues
 KICK_SECS = 10  # the sweeper enqueues a lane at most this often
 MAX_ERROR_CHARS = 2000
+MAX_VOICE_ATTEMPTS = 3  # a spoken answer whose speech keeps failing is given up soon (its text went already)
 
 lane_key = keys.lane
 
@@ -128,7 +129,7 @@ def _deliver_one(rt: "ChannelPorts", adapter: Any, row: Any) -> str:
     delivery = Delivery(id=row.id, channel=row.channel, chat_id=row.chat_id, kind=row.kind,
                         payload=dict(row.payload or {}), idempotency_key=row.idempotency_key, attempts=row.attempts)
     try:
-        result = adapter.deliver(delivery)
+        result = _voice(rt, adapter, delivery) if delivery.kind == "voice" else adapter.deliver(delivery)
     except DeliveryError as exc:
         if exc.defer:
             _defer(rt, row, str(exc), exc.code)
@@ -143,6 +144,26 @@ def _deliver_one(rt: "ChannelPorts", adapter: Any, row: Any) -> str:
     with rt.db.begin() as conn:
         outbox.mark_sent(conn, row.id, result if isinstance(result, dict) else None)
     return "sent"
+
+
+def _voice(rt: "ChannelPorts", adapter: Any, delivery: Delivery) -> dict[str, Any] | None:
+    """A spoken answer: speech from the plugins (`picobot_speech`), sent by the adapter's `deliver_voice`.
+
+    Nothing to send (no speech configured, a channel without voice) is done with a note; speech that
+    failed now is retried like any transient failure, but only MAX_VOICE_ATTEMPTS times: a spoken answer
+    an hour late helps nobody, and the text answer went already.
+    """
+    send = getattr(adapter, "deliver_voice", None)
+    if send is None:
+        return {"skipped": "this channel sends no voice messages"}
+    clip = rt.plugins.first("picobot_speech", text=str((delivery.payload or {}).get("text") or ""), ports=rt)
+    if clip is None:
+        return {"skipped": "no speech configured (voice.tts)"}
+    if isinstance(clip, str) or not isinstance(getattr(clip, "data", None), bytes):
+        why = clip if isinstance(clip, str) else "the speech plugin returned no audio"
+        raise DeliveryError(f"speech failed: {why}", permanent=delivery.attempts + 1 >= MAX_VOICE_ATTEMPTS,
+                            code="speech")
+    return send(delivery, clip)
 
 
 def _clean(rt: "ChannelPorts", error: str) -> str:

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("picobot.channels")
 
 MAX_KEY_CHARS = 50  # Feishu's uuid (dedupe key) takes at most 50 characters
-KINDS = ("reply", "notice", "message", "command")
+MAX_HEARD_CHARS = 1000
+KINDS = ("reply", "notice", "message", "command", "voice")
 _i = InboundRow.__table__
 
 
@@ -97,6 +98,32 @@ def record_turn(conn: Connection, rt: "ChannelPorts", channel: str, chat_id: str
         body["media"] = media
     return outbox.add(conn, channel, chat_id, body,
                       delivery_key(f"t:{turn_id}"), session_id=session_id, turn_id=turn_id, kind=kind)
+
+
+def record_heard(conn: Connection, rt: "ChannelPorts", channel: str, chat_id: str, session_id: str, turn_id: str,
+                 transcript: str) -> bool:
+    """What was heard of a user's voice message (`🎤 "…"`), delivered right before the answer."""
+    if not rt.channels.external(channel) or not transcript.strip():
+        return False
+    if len(transcript) > MAX_HEARD_CHARS:
+        transcript = transcript[:MAX_HEARD_CHARS].rstrip() + "…"
+    return outbox.add(conn, channel, chat_id, payload(f"🎤 “{transcript}”", "plain", reply_to_of(conn, turn_id),
+                                                      turn_id, session_id),
+                      delivery_key(f"h:{turn_id}"), session_id=session_id, turn_id=turn_id, kind="notice")
+
+
+def record_voice(conn: Connection, rt: "ChannelPorts", channel: str, chat_id: str, session_id: str, turn_id: str,
+                 text: str) -> bool:
+    """The spoken copy of a turn's answer to a user who spoke (in the turn's transaction), after its text.
+
+    Made into speech only when it is delivered (the `picobot_speech` hook); without speech configured,
+    or on a channel that sends no voice, the row is done with nothing sent.
+    """
+    if not rt.channels.external(channel) or not text.strip():
+        return False
+    reply_to = reply_to_of(conn, turn_id)
+    return outbox.add(conn, channel, chat_id, payload(text, "plain", reply_to, turn_id, session_id),
+                      delivery_key(f"v:{turn_id}"), session_id=session_id, turn_id=turn_id, kind="voice")
 
 
 def record_message(conn: "Connection | ChannelPorts", channel: str, chat_id: str, text: str, kind: str = "message",

@@ -96,9 +96,14 @@ class ChannelsPlugin:
         from picobot.channels import outbound
 
         text = turn.partial_text if turn.status == "cancelled" else turn.final_text
+        if turn.spoken:  # the user sees what was heard of their voice message first
+            outbound.record_heard(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id,
+                                  _heard(turn.messages))
         if not outbound.record_turn(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id,
                                     turn.status, text, turn.error, media=outbound.answer_media(turn)):
             return None
+        if turn.spoken and turn.status == "completed":  # the user spoke: the answer is spoken too (if it can be)
+            outbound.record_voice(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id, text)
         return lambda: outbound.wake(ports, turn.channel, turn.chat_id)
 
     @hookimpl
@@ -120,3 +125,19 @@ class ChannelsPlugin:
             delivery.recover(ports)
         finally:  # one failing never stops the other
             events.recover(ports)
+
+
+def _heard(messages: Any) -> str:
+    """The transcripts of the turn's voice messages (its user messages marked 🎤), one per line."""
+    from picobot.domain.audio import SPOKEN_MARK
+    from picobot.domain.messages import text_of
+
+    said = []
+    for m in messages:
+        if getattr(m, "role", None) != "user":
+            continue
+        text = text_of(m.content)
+        for part in text.split("\n\n"):
+            if part.startswith(SPOKEN_MARK):
+                said.append(part[len(SPOKEN_MARK):].strip())
+    return "\n".join(s for s in said if s)

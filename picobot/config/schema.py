@@ -150,6 +150,8 @@ class GatewayConfig(_Section):
     trusted_proxies: int = Field(default=0, ge=0, le=8)
     # Decoded bytes of all `data:` images in one message (they do not count as characters).
     max_image_bytes: int = Field(default=5 * 1024 * 1024, gt=0)
+    # Decoded bytes of the `audio` block (a voice message) of one message.
+    max_audio_bytes: int = Field(default=10 * 1024 * 1024, gt=0, le=100 * 1024 * 1024)
     # A socket whose client stops reading is dropped (close 1013) when this many frames or bytes
     # wait for it, or when it takes no data for ws_send_timeout_secs; other sockets never wait.
     ws_send_queue_frames: int = Field(default=256, ge=2)
@@ -604,6 +606,53 @@ class ToolPolicyConfig(_Section):
     deny: list[ToolPolicyRule] = Field(default_factory=list)
 
 
+# --- voice (picobot/voice) -------------------------------------------------------------
+
+
+def _check_audio_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}", value):
+        raise ValueError("must be 1 to 128 letters, digits or . _ : / - (no spaces)")
+    return value
+
+
+class SttConfig(_Section):
+    """Speech to text: an OpenAI-compatible `POST {base_url}/audio/transcriptions`."""
+
+    base_url: Annotated[str, AfterValidator(_check_http_url)] = Field(min_length=1, max_length=2000)
+    api_key: str | None = Field(default=None, repr=False, max_length=4000)
+    model: Annotated[str, AfterValidator(_check_audio_name)] = "whisper-1"
+    language: str | None = Field(default=None, pattern=r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})?$")  # ISO-639-1, e.g. "en"
+    timeout_secs: float = Field(default=60.0, gt=0, le=600)
+    max_bytes: int = Field(default=25 * 1024 * 1024, gt=0, le=100 * 1024 * 1024)  # OpenAI's own limit
+
+    _blank = field_validator("api_key", "language", mode="before")(_blank_to_none)
+    _count = field_validator("max_bytes", "timeout_secs", mode="before")(_count_not_bool)
+
+
+class TtsConfig(_Section):
+    """Text to speech: an OpenAI-compatible `POST {base_url}/audio/speech`."""
+
+    base_url: Annotated[str, AfterValidator(_check_http_url)] = Field(min_length=1, max_length=2000)
+    api_key: str | None = Field(default=None, repr=False, max_length=4000)
+    model: Annotated[str, AfterValidator(_check_audio_name)] = "tts-1"
+    voice: Annotated[str, AfterValidator(_check_audio_name)] = "alloy"
+    # opus: Ogg Opus, what Telegram and Feishu voice notes are; anything else is converted with
+    # ffmpeg when it is on PATH, else sent as an audio file
+    format: Literal["opus", "mp3", "aac", "flac", "wav"] = "opus"
+    timeout_secs: float = Field(default=60.0, gt=0, le=600)
+    max_chars: int = Field(default=4000, gt=0, le=100_000)  # a longer answer is spoken up to here
+
+    _blank = field_validator("api_key", mode="before")(_blank_to_none)
+    _count = field_validator("max_chars", "timeout_secs", mode="before")(_count_not_bool)
+
+
+class VoiceConfig(_Section):
+    """Voice messages in (stt) and spoken answers out (tts); each off while unset (docs/VOICE.md)."""
+
+    stt: SttConfig | None = None
+    tts: TtsConfig | None = None
+
+
 class PluginsConfig(_Section):
     enabled: bool = True  # false: no third-party plugin loads (the built-in capabilities always do)
     disabled: list[str] = Field(default_factory=list)  # plugin names (entry-point or file names) not to load
@@ -638,6 +687,7 @@ class Config(_Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     hooks: dict[str, HookConfig] = Field(default_factory=dict)  # inbound webhooks by name
     budgets: BudgetsConfig = Field(default_factory=BudgetsConfig)  # picobot/budgets
+    voice: VoiceConfig = Field(default_factory=VoiceConfig)  # picobot/voice
     prices: dict[str, Price] = Field(default_factory=dict)  # "<provider>:<model>" -> USD per million tokens
     delegates: dict[str, DelegateConfig] = Field(default_factory=dict)  # picobot/delegates: coding CLIs by name
 

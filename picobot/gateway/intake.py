@@ -9,7 +9,7 @@ from typing import Any, Callable
 from picobot.config.access import agent_for, allowed
 from picobot.domain.messages import Content
 from picobot.domain.text import repair_content
-from picobot.gateway.blocks import BadBlock, measure_blocks
+from picobot.gateway.blocks import BadBlock, audio_bytes, measure_blocks
 from picobot.gateway.commands import CommandContext, handle_command, is_command
 from picobot.gateway.inbound import InboundMessage, Reply
 from picobot.gateway.limits import RateLimits
@@ -101,8 +101,13 @@ class Gateway:
                 return "bad_content", f"A message needs 1 to {MAX_BLOCKS} content blocks."
             try:
                 text_len, image_bytes = measure_blocks(content)
+                sound_bytes = audio_bytes(content)
             except BadBlock as exc:
                 return "bad_content", str(exc)
+            audio_limit = self.rt.config.gateway.max_audio_bytes
+            if sound_bytes > audio_limit:
+                return "too_large", (f"The voice message holds {sound_bytes} bytes; the limit is {audio_limit} "
+                                     "(gateway.max_audio_bytes). Send a shorter one.")
             image_limit = self.rt.config.gateway.max_image_bytes
             if image_bytes > image_limit:
                 return "too_large", (f"The message's data: images hold {image_bytes} bytes; the limit is "

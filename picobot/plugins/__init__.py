@@ -28,14 +28,14 @@ import pluggy
 from picobot.plugins.decorator import tool
 from picobot.plugins.hookspecs import hookspec
 from picobot.plugins.manager import PluginHost
-from picobot.plugins.types import (Command, Deny, InputMessage, ModelRequestView, ModelResponse, Refusal, StageContext,
-                                   SubagentRunView, ToolCallView, TurnView)
+from picobot.plugins.types import (AudioClip, Command, Deny, InputMessage, ModelRequestView, ModelResponse, Refusal,
+                                   StageContext, SubagentRunView, ToolCallView, Transcript, TurnView)
 from picobot.tools.base import Tool, ToolContext
 
 hookimpl = pluggy.HookimplMarker("picobot")
 
 __all__ = [
-    "Command", "Deny", "InputMessage", "ModelRequestView", "ModelResponse", "PluginHost", "Refusal", "StageContext",
-    "SubagentRunView", "Tool", "ToolCallView",
-    "ToolContext", "TurnView", "hookimpl", "hookspec", "tool",
+    "AudioClip", "Command", "Deny", "InputMessage", "ModelRequestView", "ModelResponse", "PluginHost", "Refusal",
+    "StageContext", "SubagentRunView", "Tool", "ToolCallView", "ToolContext", "Transcript", "TurnView", "hookimpl",
+    "hookspec", "tool",
 ]

@@ -135,6 +135,19 @@ def picobot_history_prefix(ctx, history, compacted, ports) -> list[Any] | None:
     """Runtime notes sent before a turn's stored history (a compacted dialog's previous context)."""
 
 
+@hookspec(firstresult=True)
+def picobot_transcribe(ctx, audio, ports, cancel) -> Any:
+    """A turn's input holds a voice message (`audio`: an AudioClip). In the worker, before the turn: return a
+    `Transcript` with `text` (it replaces the audio in the stored input) or `error` (the turn answers it, no
+    model call). None: not this plugin's to hear. `cancel`: the turn's CancelToken (/stop), or None."""
+
+
+@hookspec(firstresult=True)
+def picobot_speech(text, ports) -> Any:
+    """Speak an answer to a user who spoke: return an AudioClip (format `opus` when it is Ogg Opus), a string
+    saying why it failed now (a delivery retries), or None (no speech configured)."""
+
+
 @hookspec
 def picobot_session_state(session_id, ports) -> list[dict[str, Any]] | None:
     """Frames for a socket that starts watching a dialog, sent right after its `ready` or `session`

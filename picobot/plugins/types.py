@@ -70,6 +70,7 @@ class TurnView:
     messages: tuple[Any, ...] = ()  # the turn's new ChatMessages, in true order
     history: tuple[Any, ...] = ()  # the stored history the turn started from
     committed: bool = True  # False: the turn was not stored (its input ended failed without it)
+    spoken: bool = False  # the turn's input held a voice message (an `audio` block)
 
 
 @dataclass(frozen=True)
@@ -153,3 +154,24 @@ class ToolCallRecord:
     outcome: str  # ok | error | denied | timeout | cancelled
     started_at: float  # epoch seconds
     duration_secs: float
+
+
+@dataclass(frozen=True)
+class AudioClip:
+    """Audio bytes and their type: a voice message to hear (`picobot_transcribe`), or speech to send
+    (`picobot_speech`). `format`: the short name (`opus` = Ogg Opus, `mp3`, `wav`, ...)."""
+
+    data: bytes
+    mime: str
+    format: str = ""
+
+    def __repr__(self) -> str:  # never the bytes
+        return f"AudioClip(mime={self.mime!r}, format={self.format!r}, bytes={len(self.data)})"
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """What `picobot_transcribe` returns: `text` (what was said), or `error` (why it was not heard, for the user)."""
+
+    text: str | None = None
+    error: str | None = None

@@ -25,6 +25,7 @@ from picobot.errors import ConfigError, ToolError
 from picobot.plugins.types import InputMessage, StageContext, TurnView
 from picobot.runtime import attempts, placement
 from picobot.runtime.agent_setup import agent_tools, loop_settings
+from picobot.runtime.audio_input import hear
 from picobot.runtime.lease import Lease
 from picobot.runtime.provider_chain import agent_provider
 from picobot.runtime.services import Runtime
@@ -76,6 +77,7 @@ class _Claimed:
     user_turns: int
     model_choice: tuple[str | None, str | None] = (None, None)  # the dialog's /model (provider, model) keys
     compacted: bool = False  # the session has a compaction boundary
+    spoken: bool = False  # an input of the turn was a voice message
     outcome: str = "interrupted"  # how the turn ended (completed | cancelled | failed | interrupted)
 
 
@@ -183,7 +185,7 @@ def _view(session_id: str, claimed: "_Claimed", result: LoopResult, committed: b
         sender_id=claimed.rows[0].sender_id, agent=claimed.agent, status=result.status,
         final_text=result.final_text, error=result.error, partial_text=result.partial_text,
         input_ids=tuple(r.platform_message_id for r in claimed.rows if r.platform_message_id),
-        messages=tuple(result.messages), history=tuple(claimed.history), committed=committed)
+        messages=tuple(result.messages), history=tuple(claimed.history), committed=committed, spoken=claimed.spoken)
 
 
 def _turn_finished(rt: Runtime, turn: TurnView) -> None:
@@ -243,13 +245,22 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
     if needs_agent_prompt(claimed.history, claimed.user_turns, cfg.gateway.agent_prompt_reinject_every):
         extra = resolved.agent.system_prompt if resolved is not None else None
         new.append(agent_prompt(cfg.home, extra, _scope_of(claimed)))
-    for row in claimed.rows:
-        new.append(ChatMessage(role="user", content=row.content))
-        controller.user(row.seq, row.content)
     stage = _stage(session_id, claimed)
-    text = "\n".join(text_of(r.content) for r in claimed.rows)
-    answer = rt.plugins.on_input(stage, InputMessage(text=text, content=claimed.rows[0].content,
-                                                     seq=claimed.rows[0].seq))
+    contents, unheard = [], None
+    for row in claimed.rows:  # a voice message becomes its transcript before anything sees it
+        content, why = hear(rt, stage, row.content, cancel)
+        claimed.spoken = claimed.spoken or content is not row.content
+        unheard = unheard or why
+        contents.append(content)
+        new.append(ChatMessage(role="user", content=content))
+        controller.user(row.seq, content)
+    if claimed.spoken and cancel.cancelled:  # /stop while a voice message was being heard
+        return LoopResult(messages=new, usage=Usage(), status="cancelled")
+    if unheard is not None:  # not heard (no speech-to-text, its server down): the user is told, no model call
+        claimed.spoken = False  # that notice is not spoken
+        return _answered(new, controller, unheard)
+    text = "\n".join(text_of(c) for c in contents)
+    answer = rt.plugins.on_input(stage, InputMessage(text=text, content=contents[0], seq=claimed.rows[0].seq))
     if answer is not None:  # a plugin answered: no model call
         return _answered(new, controller, rt.plugins.before_output(stage, answer))
     try:
@@ -363,11 +374,15 @@ def _drain_steer(rt: Runtime, session_id: str, turn_id: str, controller: TurnCon
             return []  # the usual case: no write transaction (and no SQLite write lock)
     with rt.db.begin() as conn:
         rows = inbound.claim_steer(conn, session_id, turn_id)
-        out = []
-        for row in rows:
-            out.append(ChatMessage(role="user", content=row.content))
-            controller.user(row.seq, row.content)
-        return out
+    out = []
+    for row in rows:  # a voice message steered in is heard here; not heard, its note tells the model
+        content, why = hear(rt, StageContext(session_id, session_id.split(":", 1)[0], "", row.sender_id, turn_id),
+                           row.content)
+        if why is not None:
+            content = f"{text_of(content)} ({why})"
+        out.append(ChatMessage(role="user", content=content))
+        controller.user(row.seq, content)
+    return out
 
 
 def _stored_status(status: str) -> TurnStatus:

@@ -46,9 +46,9 @@ _AGENT_PROMPT = (
 )
 
 _DESCRIPTION = (
-    "Delegate a self-contained task to a sub-agent (own history; your tools or fewer). prompt: full "
-    "instructions. Parallel calls run at once. background: a run id now, the result later as a message. "
-    "action + run_id manage runs. Types: general, explore (read-only), or a named agent"
+    "Hand a self-contained task to a sub-agent (own history, your tools or fewer); prompt: full "
+    "instructions. Parallel calls run at once. background: the result comes later as a message. "
+    "action + run_id manage runs. Types: general, explore (read-only), a named agent"
 )
 
 

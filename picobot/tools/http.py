@@ -22,7 +22,8 @@ DEFAULT_MAX_CHARS = 20_000
 DEFAULT_MAX_BYTES = 5_000_000
 USER_AGENT = "PicoBot/0.1"
 # Said up front so the model does not retry a refused host; the refusal itself says how to allow one.
-PRIVATE_REFUSED = "Private and local hosts are refused unless the user allows them."
+# Private and local hosts are refused unless the user allows them: the refusal itself says so and how
+# (security/netpolicy.refusal_text), so the descriptions sent with every call do not repeat it.
 
 # Response headers worth showing the model; others are noise.
 SHOWN_HEADERS = (
@@ -46,7 +47,7 @@ class HttpRequestTool(Tool):
     name = "http_request"
     description = (
         "One HTTP request, for APIs; returns status, headers and body. Send body or json, not both. "
-        f"{PRIVATE_REFUSED} Web pages: web_fetch."
+        "Web pages: web_fetch."
     )
     parameters = {
         "type": "object",

@@ -12,7 +12,7 @@ import httpx
 from picobot.errors import ToolError
 from picobot.security.netguard import NetworkPolicy, guarded_client
 from picobot.tools.base import Tool, ToolContext
-from picobot.tools.http import PRIVATE_REFUSED, check_url, decode_body, describe_http_error, is_text, read_body
+from picobot.tools.http import check_url, decode_body, describe_http_error, is_text, read_body
 from picobot.tools.http_cancel import CancelCut
 from picobot.tools.registry import truncate
 
@@ -36,8 +36,8 @@ _CHARSET_META = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([\w.:-]+)""", re.I
 class WebFetchTool(Tool):
     name = "web_fetch"
     description = (
-        f"Read a web page as its title and main text, links kept. {PRIVATE_REFUSED} "
-        "APIs: http_request."
+        "Read a web page as its title and main text, links kept. Pages needing JavaScript or clicks: "
+        "browser. APIs: http_request."
     )
     parameters = {
         "type": "object",

@@ -62,6 +62,7 @@ class OpenApiState:
         self.chat_state: dict[str, str] = {}           # chat_id -> "removed" | "dissolved"
         self.recalled: set[str] = set()
         self.resources: dict[tuple[str, str], tuple[bytes, str]] = {}
+        self.files: dict[str, dict[str, Any]] = {}       # file_key -> an uploaded file (im/v1/files)
         self.reactions: dict[str, list[dict[str, Any]]] = {}
         self.cards: dict[str, dict[str, Any]] = {}
         self.updates: list[dict[str, Any]] = []        # PATCH / PUT of messages
@@ -199,6 +200,26 @@ class OpenApiState:
         with self.lock:
             msg, bad = self._own_message(groups[0])
             return bad if bad else ok({"items": [msg]})
+
+    def upload_file(self, ctype: str, raw: bytes) -> Result:
+        """POST im/v1/files (multipart: file_type, file_name, duration, file): the file's key. An `opus`
+        file must be Ogg Opus, as Feishu's audio messages are."""
+        from picobot.demo.llm.audio import multipart
+
+        fields = multipart(raw, ctype)
+        upload = fields.get("file")
+        file_type = fields.get("file_type")
+        if file_type not in ("opus", "mp4", "pdf", "doc", "xls", "ppt", "stream"):
+            return err(234001, "Invalid request param: file_type")
+        if not isinstance(upload, dict) or not upload["data"] or not fields.get("file_name"):
+            return err(234001, "Invalid request param: file or file_name")
+        if file_type == "opus" and not (upload["data"].startswith(b"OggS") and b"OpusHead" in upload["data"][:200]):
+            return err(234001, "Invalid request param: the file is not opus")
+        key = new_id("file_v3_")
+        with self.lock:
+            self.files[key] = {"file_type": file_type, "file_name": fields["file_name"], "data": upload["data"],
+                               "duration": fields.get("duration")}
+        return ok({"file_key": key})
 
     def resource(self, groups: tuple[str, ...], query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         if query.get("type") not in ("image", "file"):

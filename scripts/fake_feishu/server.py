@@ -30,6 +30,7 @@ RouteFn = Callable[[dict[str, str], dict[str, str], bytes], tuple[int, dict[str,
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 IM = "/open-apis/im/v1/messages"
 CK = "/open-apis/cardkit/v1/cards"
+FILES = "/open-apis/im/v1/files"
 SEG = "([^/]+)"
 
 
@@ -209,6 +210,9 @@ class FakeFeishu(OpenApiState, Reading):
         injected = self._injected(path)
         if injected:
             return injected
+        if method == "POST" and path == FILES:  # multipart, not JSON
+            status, env = self._auth_error(headers) or self.upload_file(headers.get("content-type", ""), raw)
+            return status, {}, json.dumps(env, ensure_ascii=False).encode()
         if method == "POST" and not self._released.is_set() and re.fullmatch(f"{IM}(/{SEG}/reply)?", path):
             with self.lock:
                 self.held += 1

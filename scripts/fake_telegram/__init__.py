@@ -1,4 +1,5 @@
-"""A fake Telegram Bot API for tests and demos (getUpdates, webhooks, sendMessage with HTML parsing, files).
+"""A fake Telegram Bot API for tests and demos (getUpdates, webhooks, sendMessage with HTML parsing, files
+in and sendVoice / sendAudio out).
 
     from scripts.fake_telegram import FakeTelegram
     fake = FakeTelegram().start()

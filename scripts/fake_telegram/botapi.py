@@ -50,6 +50,7 @@ class Bot:
         self.chats: dict[str, dict[int, dict[str, Any]]] = {}   # chat id -> message id -> message
         self.next_message_id: dict[str, int] = {}
         self.sent: list[dict[str, Any]] = []          # messages the bot sent, in order
+        self.voices: list[dict[str, Any]] = []        # sendVoice / sendAudio, in order
         self.edits: list[dict[str, Any]] = []
         self.actions: list[dict[str, Any]] = []
         self.reactions: list[dict[str, Any]] = []
@@ -259,6 +260,39 @@ class Methods:
     def getmycommands(self, bot: Bot, p: dict[str, Any]) -> Answer:
         with self.lock:
             return ok([dict(c) for c in bot.commands])
+
+    def sendvoice(self, bot: Bot, p: dict[str, Any]) -> Answer:
+        return self._send_file(bot, p, "voice")
+
+    def sendaudio(self, bot: Bot, p: dict[str, Any]) -> Answer:
+        return self._send_file(bot, p, "audio")
+
+    def _send_file(self, bot: Bot, p: dict[str, Any], kind: str) -> Answer:
+        """sendVoice / sendAudio with an uploaded file (multipart); a voice note must be Ogg Opus, as Telegram's."""
+        chat_id = _chat(p.get("chat_id"))
+        if chat_id is None:
+            return err(400, "Bad Request: chat not found")
+        upload = p.get(kind)
+        if not isinstance(upload, dict) or not upload.get("data"):
+            return err(400, f"Bad Request: there is no {kind} in the request")
+        data = upload["data"]
+        if kind == "voice" and not (data.startswith(b"OggS") and b"OpusHead" in data[:200]):
+            return err(400, "Bad Request: wrong file type: a voice message must be OGG encoded with OPUS")
+        reply = p.get("reply_parameters") if isinstance(p.get("reply_parameters"), dict) else None
+        reply_to = _int(reply.get("message_id")) if reply else None
+        with self.lock:
+            if self.chat_state(bot, chat_id).get("blocked"):
+                return err(403, "Forbidden: bot was blocked by the user")
+            message = {"message_id": bot.new_message_id(chat_id), "date": int(time.time()),
+                       "chat": {"id": int(chat_id), "type": "private" if not chat_id.startswith("-") else "supergroup"},
+                       "from": bot.me(), kind: {"file_id": f"V{len(bot.voices) + 1:06d}", "file_size": len(data),
+                                                "mime_type": upload.get("content_type")}}
+            bot.store(chat_id, message)
+            bot.voices.append({"chat_id": chat_id, "message_id": message["message_id"], "kind": kind, "data": data,
+                               "filename": upload.get("filename"), "content_type": upload.get("content_type"),
+                               "caption": p.get("caption"), "reply_to": reply_to, "time": time.time()})
+            self.lock.notify_all()
+            return ok(message)
 
     def getfile(self, bot: Bot, p: dict[str, Any]) -> Answer:
         file_id = p.get("file_id")

@@ -8,8 +8,9 @@
     fake.rewind()                                      # forget every confirmation (Telegram after a crash of ours)
     fake.fail(status=429, retry_after=2, times=3, method="sendMessage")   # the next 3 sendMessage calls
     fake.hold(True) / fake.held / fake.hold(False)     # sendMessage waits: a delivery caught mid-flight
-    fake.add_file(b"...", "photos/file_1.jpg") -> file_id
+    fake.add_file(b"...", "photos/file_1.jpg") -> file_id      # served by getFile + /file/bot<token>/<path>
     fake.wait_sent(n, chat_id), fake.sent_to(chat_id), fake.calls
+    fake.wait_voices(n, chat_id), fake.voices_to(chat_id)      # sendVoice (Ogg Opus only) / sendAudio uploads
     fake.stop()
 
 The control API over HTTP (for `python -m scripts.fake_telegram` and other processes):
@@ -36,7 +37,7 @@ from scripts.fake_telegram.botapi import Answer, Bot, Methods, err
 DEFAULT_TOKEN = "123456789:AAFakeTokenForTestsOnly_abcdefghijkl"
 API_METHODS = frozenset({"getme", "getupdates", "setwebhook", "deletewebhook", "getwebhookinfo", "sendmessage",
                          "editmessagetext", "sendchataction", "setmessagereaction", "setmycommands", "getmycommands",
-                         "getfile"})
+                         "getfile", "sendvoice", "sendaudio"})
 
 
 class FakeTelegram(Methods):
@@ -212,6 +213,23 @@ class FakeTelegram(Methods):
                     raise TimeoutError(f"{len(found)} of {n} messages sent to {chat_id} within {timeout} s")
                 self.lock.wait(min(left, 0.5))
 
+    def voices_to(self, chat_id: Any, token: str | None = None) -> list[dict[str, Any]]:
+        """Voice notes and audio files the bot sent to a chat (sendVoice / sendAudio), with their bytes."""
+        with self.lock:
+            return [dict(v) for v in self.bot(token).voices if v["chat_id"] == str(chat_id)]
+
+    def wait_voices(self, n: int, chat_id: Any, timeout: float = 30, token: str | None = None) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while True:
+                found = [v for v in self.bot(token).voices if v["chat_id"] == str(chat_id)]
+                if len(found) >= n:
+                    return [dict(v) for v in found]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"{len(found)} of {n} voice messages sent to {chat_id} within {timeout} s")
+                self.lock.wait(min(left, 0.5))
+
     def actions_in(self, chat_id: Any, token: str | None = None) -> list[dict[str, Any]]:
         with self.lock:
             return [dict(a) for a in self.bot(token).actions if a["chat_id"] == str(chat_id)]
@@ -323,6 +341,18 @@ def _params(query: dict[str, str], body: bytes, ctype: str) -> dict[str, Any] | 
         if not isinstance(data, dict):
             return None
         params.update(data)
+    elif "multipart/form-data" in ctype:
+        parsed = _multipart(body, ctype)
+        if parsed is None:
+            return None
+        for key, value in parsed.items():
+            if isinstance(value, str):
+                try:
+                    params[key] = json.loads(value) if value[:1] in "[{" else value
+                except ValueError:
+                    params[key] = value
+            else:
+                params[key] = value
     elif "x-www-form-urlencoded" in ctype:
         for key, value in parse_qsl(body.decode("utf-8", "replace")):
             try:
@@ -330,6 +360,28 @@ def _params(query: dict[str, str], body: bytes, ctype: str) -> dict[str, Any] | 
             except ValueError:
                 params[key] = value
     return params
+
+
+def _multipart(body: bytes, ctype: str) -> dict[str, Any] | None:
+    """A multipart/form-data body: text fields as str, file fields as {"filename", "content_type", "data"}."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + ctype.encode() + b"\r\n\r\n" + body)
+    if not message.is_multipart():
+        return None
+    fields: dict[str, Any] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not name:
+            continue
+        data = part.get_payload(decode=True) or b""
+        filename = part.get_filename()
+        if filename is None:
+            fields[name] = data.decode("utf-8", "replace")
+        else:
+            fields[name] = {"filename": filename, "content_type": part.get_content_type(), "data": data}
+    return fields
 
 
 def _json(status: int, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:

@@ -109,6 +109,21 @@ class FeishuAdapter:
             ids.append(self._post(d.chat_id, reply_to, msg_type, content, part_uuid(d.idempotency_key, index)))
         return ids
 
+    def deliver_voice(self, delivery: Delivery, clip: Any) -> dict | None:
+        """A spoken answer: an audio message when the clip is Ogg Opus (what Feishu plays), else a file."""
+        payload = delivery.payload or {}
+        opus = clip.format == "opus"
+        try:
+            key = self.api.upload_file(clip.data, "opus" if opus else "stream",
+                                       "answer.opus" if opus else f"answer.{clip.format or 'mp3'}",
+                                       duration_ms=_opus_ms(clip.data) if opus else None)
+            message_id = self._post(delivery.chat_id, payload.get("reply_to"), "audio" if opus else "file",
+                                    {"file_key": key}, part_uuid(delivery.idempotency_key, 0))
+        except FeishuError as exc:
+            raise DeliveryError(str(exc), permanent=exc.permanent, retry_after=exc.retry_after,
+                                code=None if exc.code is None else str(exc.code)) from None
+        return {"message_ids": [message_id], "audio": opus, "bytes": len(clip.data)}
+
     def _post(self, chat_id: str, reply_to: str | None, msg_type: str, content: dict, uuid: str) -> str:
         if reply_to:
             try:
@@ -172,3 +187,12 @@ class FeishuAdapter:
             if time.monotonic() > deadline:
                 return
             time.sleep(0.02)
+
+
+def _opus_ms(data: bytes) -> int | None:
+    """The length of an Ogg Opus stream in milliseconds (its last page's granule position, 48 kHz), or None."""
+    at = data.rfind(b"OggS")
+    if at < 0 or len(data) < at + 14:
+        return None
+    granule = int.from_bytes(data[at + 6:at + 14], "little", signed=True)
+    return granule // 48 if granule > 0 else None

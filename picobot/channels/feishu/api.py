@@ -191,6 +191,34 @@ class FeishuApi:
                                      params={"receive_id_type": receive_id_type}))
         return str(data.get("message_id") or "")
 
+    def upload_file(self, data: bytes, file_type: str, file_name: str, duration_ms: int | None = None) -> str:
+        """Upload a file for a message (im/v1/files, multipart); its file_key. `opus` for an audio message."""
+        fields = {"file_type": file_type, "file_name": file_name}
+        if duration_ms is not None:
+            fields["duration"] = str(duration_ms)
+        path = "/open-apis/im/v1/files"
+
+        def send(token: str) -> dict:
+            try:
+                response = self._client.post(path, data=fields, files={"file": (file_name, data)},
+                                             headers={"Authorization": f"Bearer {token}"})
+            except httpx.TimeoutException:
+                raise FeishuError(f"feishu POST {path}: timed out") from None
+            except httpx.HTTPError as exc:
+                raise FeishuError(f"feishu POST {path}: {type(exc).__name__}") from None
+            return self._envelope("POST", path, response)
+
+        try:
+            body = send(self._get_token())
+        except FeishuError as exc:
+            if exc.code not in TOKEN_EXPIRED_CODES:
+                raise
+            body = send(self._get_token(force=True))
+        key = self._data(body).get("file_key")
+        if not isinstance(key, str) or not key:
+            raise FeishuError(f"feishu POST {path}: no file_key in the answer")
+        return key
+
     def reply(self, message_id: str, msg_type: str, content: dict, uuid: str) -> str:
         """Reply to a message; raises FeishuError (codes 230011/231003 when the parent is gone)."""
         body = {"msg_type": msg_type, "uuid": uuid, "reply_in_thread": False,

@@ -3,7 +3,8 @@
 p2p messages always count; group messages per `group_policy` ("mention": only when the bot's
 open_id is among the mentions). Text and posts become Markdown text with mentions resolved
 and the bot's own @ removed; images are downloaded to `media_dir` and go to the model as
-`data:` image blocks; files are saved there and named in a text note; other types become a
+`data:` image blocks; a voice message (`audio`) becomes an `audio` block, heard by the worker before
+the turn (docs/VOICE.md); files are saved there and named in a text note; other types become a
 short "[unsupported message type X]" note. A reply gets the quoted parent message prepended
 (up to `reply_context_max_chars`); slash commands pass through as plain text for the
 gateway. Malformed events are ignored with one log line; a resource Feishu refuses (gone, too
@@ -22,6 +23,7 @@ from typing import Any
 
 from picobot.channels.feishu.config import FeishuConfig
 from picobot.channels.feishu.richtext import Mentions, post_markdown, text_markdown
+from picobot.domain.audio import audio_block
 from picobot.gateway.commands import is_command
 from picobot.gateway.inbound import InboundMessage
 
@@ -110,6 +112,8 @@ class _Reader:
             return [_text(markdown), *(self.image(k) for k in keys[:MAX_IMAGES])]
         if msg_type == "image" and isinstance(content.get("image_key"), str):
             return [self.image(content["image_key"])]
+        if msg_type == "audio" and isinstance(content.get("file_key"), str):
+            return [self.audio(content["file_key"])]
         if msg_type in ("file", "media") and isinstance(content.get("file_key"), str):
             return [self.file(content["file_key"], content.get("file_name"))]
         return [_text(f"[unsupported message type {msg_type[:40] or 'unknown'}]")]
@@ -123,6 +127,16 @@ class _Reader:
         if mime is None or len(data) > MAX_INLINE_IMAGE_BYTES:
             return _text(f"[image saved to {path} ({len(data)} bytes), not shown to the model]")
         return {"type": "image_url", "url": f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"}
+
+    def audio(self, file_key: str) -> dict[str, Any]:
+        """A voice message (Feishu records Ogg Opus) as an `audio` block, heard by the worker before the turn."""
+        data, ctype = self._download(file_key, "file")
+        if data is None:
+            return _text(f"[a voice message that could not be downloaded: {ctype}]")
+        mime = (ctype or "").split(";")[0].strip().lower()
+        if not re.fullmatch(r"audio/[a-z0-9.+-]{1,64}", mime):
+            mime = "audio/ogg"
+        return audio_block(mime, data)
 
     def file(self, file_key: str, name: Any) -> dict[str, Any]:
         data, ctype = self._download(file_key, "file")

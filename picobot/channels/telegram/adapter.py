@@ -97,6 +97,19 @@ class TelegramAdapter:
             self._note(d, sent, chat_id)
         return {"message_ids": [sent[str(i)] for i in range(len(parts))], "sent": sent, "chat_id": chat_id}
 
+    def deliver_voice(self, delivery: Delivery, clip: Any) -> dict | None:
+        """A spoken answer: a voice note when the clip is Ogg Opus, else an audio file (no converter here)."""
+        payload = delivery.payload or {}
+        voice_note = clip.format == "opus"
+        try:
+            message_id = self.api.send_voice(delivery.chat_id, clip.data, voice_note=voice_note, mime=clip.mime,
+                                             filename="answer.ogg" if voice_note else f"answer.{clip.format or 'mp3'}",
+                                             reply_to=message_id_of(payload.get("reply_to")))
+        except TelegramError as exc:
+            raise DeliveryError(str(exc), permanent=exc.permanent, retry_after=exc.retry_after,
+                                code=None if exc.code is None else str(exc.code)) from None
+        return {"message_ids": [message_id], "voice_note": voice_note, "bytes": len(clip.data)}
+
     def _note(self, d: Delivery, sent: dict[str, int], chat_id: str) -> None:
         with self.rt.db.begin() as conn:
             outbox.note_progress(conn, d.id, {"sent": sent, "chat_id": chat_id})

@@ -82,6 +82,19 @@ class TelegramApi:
             raise TelegramError(f"telegram {method}: {type(exc).__name__}") from None
         return self._result(method, response)
 
+    def upload(self, method: str, fields: dict[str, Any], files: dict[str, tuple[str, bytes, str]], *,
+               timeout: float | None = None) -> Any:
+        """The `result` of one Bot API call with files (multipart/form-data); raises TelegramError."""
+        url = f"{self.base_url}/bot{self._token}/{method}"
+        data = {k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items() if v is not None}
+        try:
+            response = self._client.post(url, data=data, files=files, timeout=timeout or max(self._timeout, 60.0))
+        except httpx.TimeoutException:
+            raise TelegramError(f"telegram {method}: timed out") from None
+        except httpx.HTTPError as exc:
+            raise TelegramError(f"telegram {method}: {type(exc).__name__}") from None
+        return self._result(method, response)
+
     @staticmethod
     def _result(method: str, response: httpx.Response) -> Any:
         status = response.status_code
@@ -187,6 +200,15 @@ class TelegramApi:
 
     def delete_webhook(self) -> None:
         self.call("deleteWebhook", {"drop_pending_updates": False})
+
+    def send_voice(self, chat_id: str, data: bytes, *, voice_note: bool, mime: str, filename: str,
+                   reply_to: int | None = None) -> int:
+        """A voice note (Ogg Opus: sendVoice) or, for any other audio, an audio file (sendAudio)."""
+        method, field = ("sendVoice", "voice") if voice_note else ("sendAudio", "audio")
+        reply = {"message_id": reply_to, "allow_sending_without_reply": True} if reply_to is not None else None
+        result = self.upload(method, {"chat_id": chat_id, "reply_parameters": reply},
+                             {field: (filename, data, mime)})
+        return int(result.get("message_id") or 0) if isinstance(result, dict) else 0
 
     def get_file(self, file_id: str) -> dict[str, Any]:
         result = self.call("getFile", {"file_id": file_id})

@@ -6,8 +6,8 @@ or a reply to one of its messages; "open": every message; "disabled": none). `/c
 `/help`. The bot's own @mention is removed from the text. A photo is downloaded (getFile, the
 largest size within `max_download_bytes`), saved to the media dir and given to the model as a
 `data:` image block (≤ 5 MB, else a note); a document is saved and named in a note; a voice
-message becomes a note saying it is not transcribed yet; other kinds a short "[unsupported message
-type X]". A reply gets `Replying to:` and the quoted text first (the
+message (or an audio file) is downloaded and becomes an `audio` block, heard (transcribed) by the
+worker before the turn (docs/VOICE.md); other kinds a short "[unsupported message type X]". A reply gets `Replying to:` and the quoted text first (the
 user's own quote when they picked one). A file Telegram refuses becomes a note; a transient failure
 (network, 5xx, 429) raises, so the event inbox processes the message again later.
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from picobot.channels.telegram.api import TelegramError
+from picobot.domain.audio import audio_block
 from picobot.gateway.inbound import InboundMessage
 
 log = logging.getLogger("picobot.channels.telegram")
@@ -28,7 +29,7 @@ log = logging.getLogger("picobot.channels.telegram")
 MAX_INLINE_IMAGE_BYTES = 5 * 1024 * 1024
 _COMMAND = re.compile(r"/([A-Za-z0-9_]{1,64})(?:@([A-Za-z0-9_]{1,64}))?(?=\s|$)")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._\-]+")
-_KINDS = ("audio", "video", "video_note", "animation", "location", "venue", "contact", "poll", "dice", "game",
+_KINDS = ("video", "video_note", "animation", "location", "venue", "contact", "poll", "dice", "game",
           "story", "invoice")
 _IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"))
 
@@ -148,12 +149,9 @@ class Reader:
         document = message.get("document")
         if isinstance(document, dict):
             return [self._document(document, ref)]
-        voice = message.get("voice")
-        if isinstance(voice, dict):
-            duration = voice.get("duration")
-            seconds = f", {duration} s" if type(duration) is int else ""
-            return [_text(f"[voice message{seconds}: voice messages are not transcribed yet, so the agent "
-                          "cannot hear it; please type it]")]
+        for key in ("voice", "audio"):
+            if isinstance(message.get(key), dict):
+                return [self._voice(message[key], ref)]
         sticker = message.get("sticker")
         if isinstance(sticker, dict):
             emoji = sticker.get("emoji") if isinstance(sticker.get("emoji"), str) else ""
@@ -192,6 +190,21 @@ class Reader:
             return _text(f"[file {name} could not be downloaded: {why}]")
         path = self._save(f"{ref}-{name}", data)
         return _text(f"[file {name} ({len(data)} bytes) saved to {path}]")
+
+    def _voice(self, voice: dict[str, Any], ref: str) -> dict[str, Any]:
+        """A voice message (or audio file) as an `audio` block; a note when it cannot be downloaded."""
+        size = voice.get("file_size")
+        if not isinstance(voice.get("file_id"), str):
+            return _text("[voice message: no file id]")
+        if isinstance(size, int) and size > self.cfg.max_download_bytes:
+            return _text(f"[voice message ({size} bytes) not downloaded: over {self.cfg.max_download_bytes} bytes]")
+        data, why = self._download(voice["file_id"])
+        if data is None:
+            return _text(f"[a voice message that could not be downloaded: {why}]")
+        mime = voice.get("mime_type") if isinstance(voice.get("mime_type"), str) else "audio/ogg"
+        if not re.fullmatch(r"audio/[A-Za-z0-9.+-]{1,64}", mime):
+            mime = "audio/ogg"
+        return audio_block(mime.lower(), data)
 
     def _download(self, file_id: str) -> tuple[bytes | None, str]:
         try:
@@ -233,7 +246,7 @@ def _area(size: dict[str, Any]) -> int:
 
 
 def _kind(message: dict[str, Any]) -> str:
-    for key in ("photo", "document", "voice", "sticker", *_KINDS):
+    for key in ("photo", "document", "voice", "audio", "sticker", *_KINDS):
         if key in message:
             return key
     return "message"

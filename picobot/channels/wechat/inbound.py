@@ -1,6 +1,6 @@
 """A recorded iLink message -> the InboundMessage PicoBot handles.
 
-Text items become text; a voice item its server transcript; an image is fetched from the CDN,
+Text items become text; a voice item its server transcript (marked 🎤, as a heard voice message); an image is fetched from the CDN,
 decrypted and goes to the model as a `data:` image block; a file is saved under `media_dir` and
 named in a note; any other item type becomes a short "[unsupported …]" note next to the rest (a
 message with nothing readable — only unknown items, empty text — is ignored: no reply to garbage). A quoted message
@@ -18,6 +18,7 @@ from typing import Any
 
 from picobot.channels.wechat import media
 from picobot.channels.wechat.config import WeChatConfig
+from picobot.domain.audio import SPOKEN_MARK
 from picobot.gateway.inbound import InboundMessage
 
 log = logging.getLogger("picobot.channels.wechat")
@@ -92,8 +93,10 @@ class _Reader:
             return [_text(item["text_item"]["text"])]
         if kind == VOICE and isinstance(item.get("voice_item"), dict):
             said = item["voice_item"].get("text")
-            heard = f"[voice message] {said}" if isinstance(said, str) and said else "[voice message, no transcript]"
-            return [_text(heard)]
+            if isinstance(said, str) and said.strip():  # WeChat's own transcript: shown like PicoBot's own
+                return [_text(SPOKEN_MARK + said.strip())]
+            # the audio is SILK, which speech-to-text servers do not take: nothing to hear without a transcript
+            return [_text(f"{SPOKEN_MARK}[voice message without a transcript from WeChat; it cannot be heard here]")]
         if kind == IMAGE and isinstance(item.get("image_item"), dict):
             return [self.image(item["image_item"])]
         if kind == FILE and isinstance(item.get("file_item"), dict):

@@ -19,6 +19,10 @@ Endpoints
     POST /v1/messages           Anthropic (JSON, or SSE: message_start, content_block_*, message_delta,
                                 message_stop; thinking + signature_delta; tool_use + input_json_delta)
     GET  /v1/models             a model list both SDKs parse
+    POST /v1/audio/transcriptions  OpenAI speech to text (multipart): the transcript is the text after a
+                                `SAY:` marker in the uploaded bytes (audio.py)
+    POST /v1/audio/speech       OpenAI text to speech: `opus` is a real Ogg Opus file (silence), other
+                                formats WAV
 Malformed requests get the provider's 400 error (missing max_tokens, unanswered tool calls, ...).
 
 Control API

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
-from picobot.demo.llm import wire_anthropic, wire_openai
+from picobot.demo.llm import audio, wire_anthropic, wire_openai
 from picobot.demo.llm.behaviour import Fault, build_reply
 
 SECRET_HEADERS = ("authorization", "x-api-key")
@@ -153,8 +153,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self._path()
+        if path.endswith("/audio/transcriptions"):
+            self._serve_transcription(path, self._read_body())
+            return
         body = self._read_json()
-        if path == "/_fake/rules":
+        if path.endswith("/audio/speech"):
+            self._serve_speech(path, body)
+        elif path == "/_fake/rules":
             self._add_rule(body)
         elif path == "/_fake/reset":
             self.server.script.reset()
@@ -175,6 +180,57 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(400, {"error": {"message": str(err), "type": "invalid_request_error"}})
             return
         self._send_json(200, {"ok": True})
+
+    # --- audio endpoints (picobot/demo/llm/audio.py) --------------------------------
+
+    def _record_audio(self, path: str, body: Any) -> None:
+        headers, auth = recorded_headers(self.headers)
+        self.server.script.record({"time": time.time(), "protocol": "openai_audio", "path": path,
+                                   "headers": headers, "auth": auth, "body": body,
+                                   "peer": "%s:%s" % self.client_address[:2]})
+
+    def _serve_transcription(self, path: str, raw: bytes) -> None:
+        fields = audio.multipart(raw, self.headers.get("Content-Type") or "")
+        upload = fields.get("file")
+        shown = {k: (v if isinstance(v, str) else {"filename": v["filename"], "bytes": len(v["data"])})
+                 for k, v in fields.items()}
+        self._record_audio(path, shown)
+        if not isinstance(upload, dict) or not upload["data"]:
+            self._send_json(400, wire_openai.error_body(400, "file is required", "invalid_request_error"))
+            return
+        if not isinstance(fields.get("model"), str) or not fields["model"]:
+            self._send_json(400, wire_openai.error_body(400, "model is required", "invalid_request_error"))
+            return
+        delay, text = audio.delay_of(audio.transcript_of(upload["data"]))
+        if delay and self.server.stopping.wait(delay):
+            return
+        status = audio.failure_of(text)
+        if status is not None:
+            self._send_json(status, wire_openai.error_body(status, f"fake transcription failure {status}", None))
+            return
+        ctype, data = audio.transcription_body(text, str(fields.get("response_format") or "json"))
+        self._send_bytes(200, ctype, data)
+
+    def _serve_speech(self, path: str, body: Any) -> None:
+        self._record_audio(path, body)
+        if not isinstance(body, dict) or not isinstance(body.get("input"), str) or not body["input"]:
+            self._send_json(400, wire_openai.error_body(400, "input is required", "invalid_request_error"))
+            return
+        if not isinstance(body.get("model"), str) or not isinstance(body.get("voice"), str):
+            self._send_json(400, wire_openai.error_body(400, "model and voice are required", "invalid_request_error"))
+            return
+        ctype, data = audio.speech_body(body["input"], str(body.get("response_format") or "mp3"))
+        self._send_bytes(200, ctype, data)
+
+    def _send_bytes(self, status: int, ctype: str, data: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     # --- LLM endpoints ------------------------------------------------------------
 
@@ -241,9 +297,12 @@ class Handler(BaseHTTPRequestHandler):
 
     # --- HTTP helpers -------------------------------------------------------------
 
-    def _read_json(self) -> Any:
+    def _read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        return self.rfile.read(length) if length else b""
+
+    def _read_json(self) -> Any:
+        raw = self._read_body()
         try:
             return json.loads(raw) if raw else None
         except ValueError:

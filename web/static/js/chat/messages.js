@@ -21,6 +21,21 @@ function imagesOf(content) {
     .filter(Boolean);
 }
 
+function audiosOf(content) {
+  if (!Array.isArray(content)) return [];
+  return content.filter((b) => b && b.type === "audio" && typeof b.url === "string" && /^data:audio\/[A-Za-z0-9.+-]+;base64,/.test(b.url))
+    .map((b) => b.url);
+}
+
+// A voice message's stored text starts with this mark: it is the transcript.
+export const SPOKEN_MARK = "🎤 ";
+
+// The spoken copy of an answer to a voice message (voice.tts): made by the server when played.
+export function speechPlayer(messageId) {
+  return h("div", { class: "speech" }, icon("speaker"),
+    h("audio", { controls: true, preload: "none", src: `/api/speech/${encodeURIComponent(messageId)}`, title: "Spoken answer" }));
+}
+
 function prettyJson(text) {
   if (typeof text !== "string") return JSON.stringify(text, null, 2);
   try {
@@ -37,9 +52,12 @@ function fateChip(fate, detail) {
 
 export function userBubble(content, { fate, detail, time } = {}) {
   const images = imagesOf(content);
+  const audios = audiosOf(content);
   return h("div", { class: "msg user", title: time ? new Date(time * 1000).toLocaleString() : null },
     h("div", { class: "bubble" },
       images.length ? h("div", { class: "attachments" }, images.map((src) => h("img", { class: "attachment", src, alt: "attached image", loading: "lazy" }))) : null,
+      audios.length ? h("div", { class: "attachments voice" }, h("span", { class: "voice-label" }, "🎤 Voice message"),
+        audios.map((src) => h("audio", { controls: true, src, preload: "none" }))) : null,
       h("div", { class: "user-text" }, textOf(content))),
     fate ? h("div", { class: "fate-row" }, fateChip(fate, detail), detail && fate === "rejected" ? h("span", { class: "fate-detail" }, detail) : null) : null);
 }

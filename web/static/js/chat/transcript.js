@@ -3,7 +3,11 @@
 // for an answer from the gateway or for their turn (each showing its fate).
 
 import { h } from "../dom.js";
-import { LiveTurn, renderStored, userBubble, FINAL } from "./messages.js";
+import { LiveTurn, renderStored, userBubble, speechPlayer, textOf, FINAL, SPOKEN_MARK } from "./messages.js";
+import { api } from "../api.js";
+
+// What the server offers for voice (GET /api/voice), asked once; history may be drawn before it answers.
+const voiceReady = api("/api/voice").then((v) => v || { tts: false }).catch(() => ({ tts: false }));
 
 const STICK_PX = 120; // "at the bottom" tolerance: follow the stream unless the user scrolled up
 const FIRST_CHUNK = 16; // messages drawn before the first paint: about a screenful of a typical chat
@@ -66,6 +70,7 @@ export class Transcript {
     this.tools.clear();
     this.list.replaceChildren();
     this.lastPosition = -1;
+    this.spoke = false;
     for (const live of this.lives.values()) live.el.remove();
     this.lives.clear();
     this.earlier.hidden = !hasMore;
@@ -95,9 +100,12 @@ export class Transcript {
     const pinned = this.atBottom(); // a reader at the end stays at the end
     const fromBottom = this.scroller.scrollHeight - this.scroller.scrollTop;
     const laterTools = this.tools;
+    const spoke = this.spoke; // where the newest message left it: later messages follow that one
     this.tools = new Map(); // the chunk's own calls; a result always follows its call
+    this.spoke = false;
     const frag = this.build(older.slice(split));
     this.tools = new Map([...this.tools, ...laterTools]);
+    this.spoke = spoke;
     this.list.prepend(frag);
     if (pinned) {
       this.scroller.scrollTop = this.scroller.scrollHeight;
@@ -115,6 +123,14 @@ export class Transcript {
       this.messages.set(msg.id, msg);
       const el = renderStored(msg, this.tools);
       this.rendered.set(msg.id, el);
+      if (msg.role === "user") this.spoke = textOf(msg.content).startsWith(SPOKEN_MARK);
+      else if (this.spoke && el && msg.role === "assistant" && !msg.marker && !(msg.tool_calls || []).length
+        && textOf(msg.content).trim()) {
+        this.spoke = false; // the answer to a voice message: it can be heard too (with voice.tts)
+        const slot = h("div", { class: "speech-slot" });
+        el.append(slot);
+        voiceReady.then((v) => { if (v.tts) slot.replaceWith(speechPlayer(msg.id)); else slot.remove(); });
+      }
       if (el) frag.append(el);
       this.lastPosition = Math.max(this.lastPosition, msg.position);
     }

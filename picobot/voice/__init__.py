@@ -1,0 +1,1 @@
+"""Voice: speech to text for voice messages, text to speech for answers to them (docs/VOICE.md)."""
