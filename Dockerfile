@@ -27,8 +27,9 @@ ENV PYTHONUNBUFFERED=1 \
     PORT=19876
 # bubblewrap: the sandbox `bash` runs in (tools.bash.sandbox). It needs user namespaces; where
 # the container runtime forbids them, "auto" falls back to plain bash and says so at start.
+# chromium (+ fonts-liberation for legible screenshots): the `browser` tool drives this system browser.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends bubblewrap \
+ && apt-get install -y --no-install-recommends bubblewrap chromium fonts-liberation \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /wheels /wheels
 RUN pip install --no-index --find-links /wheels picobot \

@@ -7,8 +7,10 @@ final answer) and injected as real user messages.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
@@ -66,6 +68,7 @@ class LoopResult:
     error: str | None = None
     partial_text: str = ""  # a stopped turn: what the interrupted model call had streamed
     answered_by: str = ""  # "<provider>:<model>" of the last answer, when a fallback chain is in use
+    images: list[str] = field(default_factory=list)  # image files tools returned (ToolOutput), for the final reply
     # completed | cancelled | failed, or a plugin's refusal status (a budget: budget_exceeded)
 
     @property
@@ -130,12 +133,13 @@ class AgentLoop:
             if not assistant.tool_calls:
                 late = steer()  # input that arrived while the model answered gets its own reply
                 if not late:
+                    result.messages[-1] = with_attachments(assistant, result.images)
                     return
                 result.messages.extend(late)
                 continue
             if _round == s.max_tool_iterations:
                 break
-            result.messages.extend(self._run_tools(assistant.tool_calls, ctx, controller))
+            result.messages.extend(self._run_tools(assistant.tool_calls, ctx, controller, result.images))
         note = f"I stopped after {s.max_tool_iterations} rounds of tool calls without reaching a final answer."
         # the last assistant message asked for tools we did not run: answer them so the chain stays whole
         for call in result.messages[-1].tool_calls:
@@ -242,7 +246,8 @@ class AgentLoop:
                 return message
         raise ProviderError("the model's stream ended without a complete message")
 
-    def _run_tools(self, calls: list[ToolCall], ctx: ToolContext, controller: TurnController) -> list[ChatMessage]:
+    def _run_tools(self, calls: list[ToolCall], ctx: ToolContext, controller: TurnController,
+                   images: list[str] | None = None) -> list[ChatMessage]:
         """Run one batch (see tool_batch); results come back in the order of the calls."""
         for call in calls:
             controller.tool_waiting(call)
@@ -256,8 +261,10 @@ class AgentLoop:
             if res is None:  # never started, or still running when the wait for it ended
                 res = ToolResult(CANCELLED_TOOL_TEXT, is_error=True)
                 controller.tool_finished(call, res.content, res.is_error)
-            out.append(ChatMessage(role="tool", content=res.content, tool_call_id=call.id,
+            out.append(ChatMessage(role="tool", content=_tool_content(res), tool_call_id=call.id,
                                    name=call.name, is_error=res.is_error))
+            if images is not None:
+                images.extend(res.images)
         if ctx.cancel.cancelled:
             # keep the chain whole in what we store, then stop
             raise _CancelledWithResults(out)
@@ -288,7 +295,7 @@ class AgentLoop:
             view = ToolCallView(call.id, call.name, verdict)
         result = self._run_tool(call, ctx)
         text = hooks.after_toolcall(self._stage, view, result.content)
-        return result if text == result.content else ToolResult(text, result.is_error)
+        return result if text == result.content else ToolResult(text, result.is_error, result.images)
 
     def _run_tool(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         try:
@@ -298,6 +305,42 @@ class AgentLoop:
         except Exception as exc:  # the registry already turns tool failures into results
             log.exception("tool %s crashed", call.name)
             return ToolResult(f"Tool {call.name} failed: {type(exc).__name__}", is_error=True)
+
+
+# Images a tool returned (ToolOutput) reach the model as `media` blocks of its result (providers read the
+# file), and the final reply carries the last few as image blocks the web UI shows. The history holds them
+# as data URLs, so each is bounded like an upload (about 1 MiB once base64-encoded).
+MAX_REPLY_IMAGES = 3
+MAX_REPLY_IMAGE_BYTES = 768 * 1024
+
+
+def _tool_content(res: ToolResult) -> str | list[dict]:
+    if not res.images:
+        return res.content
+    return [{"type": "text", "text": res.content}] + [{"type": "media", "path": p, "mime": _mime(p)}
+                                                       for p in res.images]
+
+
+def _mime(path: str) -> str:
+    return "image/jpeg" if path.lower().endswith((".jpg", ".jpeg")) else "image/png"
+
+
+def with_attachments(message: ChatMessage, images: list[str]) -> ChatMessage:
+    """The final answer with the turn's tool images attached (data URLs: the history holds them as uploads)."""
+    blocks = []
+    for path in images[-MAX_REPLY_IMAGES:]:
+        try:
+            if os.path.getsize(path) > MAX_REPLY_IMAGE_BYTES:
+                continue
+            with open(path, "rb") as f:
+                data = base64.b64encode(f.read()).decode("ascii")
+        except OSError:  # the file is gone: the text answer stands alone
+            continue
+        # `path`: the workspace file (a channel that sends files, WeChat, sends it from there)
+        blocks.append({"type": "image_url", "url": f"data:{_mime(path)};base64,{data}", "path": path})
+    if not blocks:
+        return message
+    return replace(message, content=[{"type": "text", "text": text_of(message.content)}] + blocks)
 
 
 def _outcome(result: ToolResult) -> str:

@@ -29,6 +29,7 @@ __all__ = ["App", "build_plugins", "build_runtime", "channel_types", "check_conf
 
 def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
     """The capabilities PicoBot ships, as (name, plugin); the shipped optional plugins when enabled."""
+    from picobot.browser.plugin import BrowserPlugin
     from picobot.budgets.plugin import BudgetsPlugin
     from picobot.channels.plugin import ChannelsPlugin
     from picobot.delegates.plugin import DelegatesPlugin
@@ -49,6 +50,7 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
         ("delegates", DelegatesPlugin()),
         ("plans", PlansPlugin()),
         ("voice", VoicePlugin()),
+        ("browser", BrowserPlugin()),
     ]
     from picobot.observability.plugin import observability_plugins
 

@@ -64,8 +64,21 @@ def turn_text(status: str, final_text: str, error: str | None) -> tuple[str, str
     return "notice", f"⚠ {error or 'The turn failed.'}", "plain"
 
 
+def answer_media(turn: Any) -> list[dict[str, str]]:
+    """The files attached to a completed turn's answer (a tool's images, e.g. a browser screenshot), as
+    `payload["media"]` entries: [{"path"}]. Channels that send files (WeChat) send them after the text."""
+    if turn.status != "completed":
+        return []
+    answer = next((m for m in reversed(turn.messages) if m.role == "assistant" and not m.tool_calls), None)
+    if answer is None or isinstance(answer.content, str):
+        return []
+    return [{"path": b["path"]} for b in answer.content
+            if b.get("type") == "image_url" and isinstance(b.get("path"), str) and b["path"].startswith("/")]
+
+
 def record_turn(conn: Connection, rt: "ChannelPorts", channel: str, chat_id: str, session_id: str, turn_id: str,
-                status: str, final_text: str, error: str | None, reply_to: str | None = None) -> bool:
+                status: str, final_text: str, error: str | None, reply_to: str | None = None,
+                media: list[dict[str, str]] | None = None) -> bool:
     """Record a finished turn's answer for an external channel (in the caller's transaction).
 
     `final_text` is the answer (completed) or the partial text (cancelled). `reply_to` None: looked
@@ -80,7 +93,10 @@ def record_turn(conn: Connection, rt: "ChannelPorts", channel: str, chat_id: str
     if reply_to is None:
         reply_to = reply_to_of(conn, turn_id)
     # one delivery per turn: a committed turn (reply/notice) or one given up on (notice), never both
-    return outbox.add(conn, channel, chat_id, payload(text, fmt, reply_to, turn_id, session_id),
+    body = payload(text, fmt, reply_to, turn_id, session_id)
+    if media and kind == "reply":
+        body["media"] = media
+    return outbox.add(conn, channel, chat_id, body,
                       delivery_key(f"t:{turn_id}"), session_id=session_id, turn_id=turn_id, kind=kind)
 
 

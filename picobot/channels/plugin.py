@@ -100,7 +100,7 @@ class ChannelsPlugin:
             outbound.record_heard(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id,
                                   _heard(turn.messages))
         if not outbound.record_turn(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id,
-                                    turn.status, text, turn.error):
+                                    turn.status, text, turn.error, media=outbound.answer_media(turn)):
             return None
         if turn.spoken and turn.status == "completed":  # the user spoke: the answer is spoken too (if it can be)
             outbound.record_voice(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id, text)

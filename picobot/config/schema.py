@@ -304,6 +304,22 @@ class MemoryConfig(_Section):
                                           "maintenance_summary_max_chars", mode="before")(_count_not_bool)
 
 
+class BrowserConfig(_Section):
+    """The `browser` tool (docs/BROWSER.md): headless system Chromium driven by Playwright, one per worker process."""
+
+    enabled: bool = True
+    executable: str | None = None  # unset: $PICOBOT_CHROMIUM, else /usr/bin/chromium
+    action_timeout_secs: float = Field(default=30.0, gt=0, le=600)
+    idle_close_secs: float = Field(default=3600.0, gt=0, le=7 * 86400)  # a dialog's temporary context, a profile
+    max_page_memory_mb: int = Field(default=512, ge=64, le=16384)  # V8 heap of a page (--max-old-space-size)
+    max_text_chars: int = Field(default=8000, ge=500, le=200_000)  # page text in one answer
+    max_download_mb: int = Field(default=50, ge=1, le=4096)
+    extra_args: list[str] = Field(default_factory=list, max_length=64)  # more Chromium command-line flags
+
+    _counts = field_validator("max_page_memory_mb", "max_text_chars", "max_download_mb", mode="before")(
+        _count_not_bool)
+
+
 class TitlesConfig(_Section):
     """Automatic dialog titles (docs/CONFIGURATION.md `titles`): one short model call after a dialog's first answer."""
 
@@ -661,6 +677,7 @@ class Config(_Section):
     subagents: SubagentsConfig = Field(default_factory=SubagentsConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     titles: TitlesConfig = Field(default_factory=TitlesConfig)  # picobot/titles
+    browser: BrowserConfig = Field(default_factory=BrowserConfig)  # picobot/browser
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict, alias="mcpServers")
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     time: TimeConfig = Field(default_factory=TimeConfig)

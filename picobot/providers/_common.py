@@ -402,6 +402,15 @@ def media_note(block: Mapping[str, Any]) -> str:
     return f"[attachment {name} ({mime}) could not be shown to the model]"
 
 
+def turn_start(messages: list[Any]) -> int:
+    """Where the current turn starts (its last user message). A tool's images (a browser screenshot) are
+    sent only from here on: sent again with every later call, they would cost their tokens each time."""
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "user":
+            return i
+    return 0
+
+
 def split_data_url(url: str) -> tuple[str, str] | None:
     """(mime, base64 data) of a base64 data: URL, else None."""
     match = re.match(r"data:([^;,]+);base64,(.*)", url, re.S)

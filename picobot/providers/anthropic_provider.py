@@ -22,6 +22,7 @@ from picobot.providers._common import (
     parse_retry_after,
     read_image,
     split_data_url,
+    turn_start,
     unavailable,
 )
 from picobot.providers.base import (
@@ -230,11 +231,12 @@ def to_anthropic_messages(messages: list[ChatMessage], provider_key: str) -> tup
     """(system text, messages) with same-role turns merged and tool results as user blocks."""
     system: list[str] = []
     out: list[dict[str, Any]] = []
-    for m in messages:
+    start = turn_start(messages)
+    for i, m in enumerate(messages):
         if m.role == "system":
             system.append(text_of(m.content))
             continue
-        role, blocks = _turn(m, provider_key)
+        role, blocks = _turn(m, provider_key, images=i > start)
         if not blocks:
             continue
         if out and out[-1]["role"] == role:
@@ -247,9 +249,9 @@ def to_anthropic_messages(messages: list[ChatMessage], provider_key: str) -> tup
     return join_nonempty(system), out
 
 
-def _turn(m: ChatMessage, provider_key: str) -> tuple[str, list[dict[str, Any]]]:
+def _turn(m: ChatMessage, provider_key: str, images: bool = True) -> tuple[str, list[dict[str, Any]]]:
     if m.role == "tool":
-        return "user", [_tool_result(m)]
+        return "user", [_tool_result(m, images)]
     if m.role == "assistant":
         return "assistant", _assistant_blocks(m, provider_key)
     return "user", content_blocks(m.content)
@@ -277,9 +279,10 @@ def _tool_input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"_value": value}
 
 
-def _tool_result(m: ChatMessage) -> dict[str, Any]:
+def _tool_result(m: ChatMessage, images: bool = True) -> dict[str, Any]:
+    """`images` False: an earlier turn's result, whose images (see turn_start) are not sent again."""
     content: str | list[dict[str, Any]]
-    if isinstance(m.content, str) or all(b.get("type") == "text" for b in m.content):
+    if isinstance(m.content, str) or not images or all(b.get("type") == "text" for b in m.content):
         content = text_of(m.content) or "(no output)"
     else:
         content = content_blocks(m.content)

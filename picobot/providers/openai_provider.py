@@ -22,6 +22,7 @@ from picobot.providers._common import (
     media_note,
     parse_retry_after,
     read_image,
+    turn_start,
     unavailable,
 )
 from picobot.providers.base import (
@@ -253,7 +254,25 @@ def _tool(spec: ToolSpec) -> dict[str, Any]:
 
 
 def to_openai_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
-    return [_wire_message(m) for m in messages]
+    """Chat Completions messages. A tool message carries text only, so the images of a run of tool
+    results (a browser screenshot) follow it as one user message."""
+    out: list[dict[str, Any]] = []
+    images: list[dict[str, Any]] = []
+    start = turn_start(messages)
+    for i, m in enumerate(messages):
+        if m.role != "tool" and images:
+            out.append(_tool_images(images))
+            images = []
+        out.append(_wire_message(m))
+        if m.role == "tool" and i > start and not isinstance(m.content, str):
+            images += [p for p in (_part(b) for b in m.content if b.get("type") != "text") if p is not None]
+    if images:
+        out.append(_tool_images(images))
+    return out
+
+
+def _tool_images(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": "(images from the tool results above)"}, *parts]}
 
 
 def _wire_message(m: ChatMessage) -> dict[str, Any]:

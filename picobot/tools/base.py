@@ -76,15 +76,25 @@ class Tool:
         read-only, run in request order. Empty means it conflicts with nothing."""
         return frozenset()
 
-    def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
+    def execute(self, args: dict[str, Any], ctx: ToolContext) -> str | ToolOutput:
         """Run the tool. Raise picobot.errors.ToolError with text the model can act on."""
         raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """A result with images (a browser screenshot): the model sees them after the text, and the
+    turn's final reply carries them as attachments. `images` are absolute paths of PNG/JPEG files."""
+
+    text: str
+    images: tuple[str, ...] = ()
 
 
 @dataclass
 class ToolResult:
     content: str
     is_error: bool = False
+    images: tuple[str, ...] = ()  # from a ToolOutput: image files for the model and the final reply
 
 
 ToolFactory = Callable[[], Tool]

@@ -19,7 +19,7 @@ from picobot.domain.messages import ToolCall
 from picobot.errors import ToolError, TurnCancelled
 from picobot.providers.base import ToolSpec
 from picobot.security.redact import redact
-from picobot.tools.base import Tool, ToolContext, ToolResult
+from picobot.tools.base import Tool, ToolContext, ToolOutput, ToolResult
 
 logger = logging.getLogger("picobot.tools")
 
@@ -119,7 +119,7 @@ class ToolRegistry:
         ctx.cancel.raise_if_cancelled()
         result = self._run(call, ctx)
         content = redact(result.content, ctx.secrets) if ctx.secrets else result.content
-        return ToolResult(truncate(content, max_chars), result.is_error)
+        return ToolResult(truncate(content, max_chars), result.is_error, result.images)
 
     def _run(self, call: ToolCall, ctx: ToolContext) -> ToolResult:
         tool = self._tools.get(call.name)
@@ -139,6 +139,8 @@ class ToolRegistry:
         except Exception as exc:
             logger.exception("tool %s failed (call %s)", call.name, call.id)
             return _error(f"Tool {call.name} failed: {type(exc).__name__}: {exc}")
+        if isinstance(output, ToolOutput):
+            return ToolResult(output.text, images=tuple(output.images))
         return ToolResult(output if isinstance(output, str) else str(output))
 
     def _schema_problems(self, name: str, args: dict[str, Any]) -> list[str]:

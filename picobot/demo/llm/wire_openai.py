@@ -22,18 +22,27 @@ def _text(content: Any) -> str:
     return ""
 
 
+TOOL_IMAGES_TEXT = "(images from the tool results above)"  # picobot/providers/openai_provider.py
+
+
 def parse_request(body: dict[str, Any]) -> RequestView:
     messages: list[dict[str, Any]] = body.get("messages") or []
     call_names = {
         c.get("id"): (c.get("function") or {}).get("name", "")
         for m in messages if m.get("role") == "assistant" for c in m.get("tool_calls") or []
     }
+    # The user message PicoBot sends right after tool results with their images (a tool message holds
+    # text only) belongs to the results, not to what the user said.
+    images = {i for i, m in enumerate(messages) if m.get("role") == "user" and i and messages[i - 1].get("role") == "tool"
+              and _text(m.get("content")) == TOOL_IMAGES_TEXT}
+    said = [m for i, m in enumerate(messages) if i not in images]
     tool_results: list[tuple[str, str]] = []
-    for m in reversed(messages):
+    for m in reversed(said):
         if m.get("role") != "tool":
             break
         tool_results.insert(0, (call_names.get(m.get("tool_call_id"), m.get("name") or "tool"), _text(m.get("content"))))
-    user_texts = [_text(m.get("content")) for m in messages if m.get("role") == "user"]
+    user_texts = [_text(m.get("content")) for m in said if m.get("role") == "user"]
+    messages = said
     return RequestView(
         model=str(body.get("model") or "fake-model"),
         stream=bool(body.get("stream")),
