@@ -441,7 +441,7 @@ def test_a_missing_chromium_is_a_clear_tool_error_and_a_health_entry(tmp_path: P
     home = tmp_path / "rt-home"
     home.mkdir()
     cfg = base_config(llm.url, 1)
-    cfg["browser"] = {"executable": str(tmp_path / "no-chromium")}
+    cfg["browser"] = {"executable": str(tmp_path / "no-chromium"), "profiles_tool": True}
     (home / "config.json").write_text(json.dumps(cfg))
     for key, value in {"PICOBOT_HOME": str(home), "PICOBOT_TEST_KEY": "sk-test-browser", "REDIS_URL": redis_url,
                        "PICOBOT_WORKSPACE": str(tmp_path / "ws")}.items():
@@ -622,3 +622,24 @@ def test_stop_ends_a_turn_waiting_on_a_slow_page(browser_stack: Stack, llm: Any,
         site.release.set()
         client.close()
         site.release.clear()
+
+
+def test_browser_is_offered_by_default_and_browser_profiles_only_when_asked(tmp_path: Path) -> None:
+    from picobot.app import build_plugins
+    from picobot.config.schema import Config
+
+    def offered(browser: dict) -> set[str]:
+        config = Config.model_validate({"browser": browser})
+        host = build_plugins(config, discover=False)
+
+        class _Ports:  # what the plugin reads of the ports while listing its tools
+            pass
+
+        ports = _Ports()
+        ports.config = config  # type: ignore[attr-defined]
+        ports.redis = None  # type: ignore[attr-defined]
+        return {t.name for t in host.plugin("browser").picobot_tools(ports)}
+
+    assert offered({}) == {"browser"}
+    assert offered({"profiles_tool": True}) == {"browser", "browser_profiles"}
+    assert offered({"enabled": False}) == set()

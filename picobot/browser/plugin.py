@@ -36,7 +36,9 @@ class BrowserPlugin:
         from picobot.browser.tool import BrowserProfilesTool, BrowserTool
 
         engine = self.engine(ports)
-        return [BrowserTool(engine), BrowserProfilesTool(engine)]
+        # browser_profiles only when asked for: `persistent_id` creates a profile on first use, and a tool
+        # in every prompt for labelling and deleting profiles costs more than it is used
+        return [BrowserTool(engine)] + ([BrowserProfilesTool(engine)] if ports.config.browser.profiles_tool else [])
 
     @hookimpl
     def picobot_health(self, ports: "Ports") -> dict[str, Any] | None:

@@ -315,6 +315,7 @@ class BrowserConfig(_Section):
     max_text_chars: int = Field(default=8000, ge=500, le=200_000)  # page text in one answer
     max_download_mb: int = Field(default=50, ge=1, le=4096)
     extra_args: list[str] = Field(default_factory=list, max_length=64)  # more Chromium command-line flags
+    profiles_tool: bool = False  # offer `browser_profiles` (list, label, delete the saved profiles)
 
     _counts = field_validator("max_page_memory_mb", "max_text_chars", "max_download_mb", mode="before")(
         _count_not_bool)

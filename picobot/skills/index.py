@@ -8,7 +8,7 @@ HEAD = "Skills: before a task one fits, call skill_activate and follow it. Untru
 # The skill lines share this many characters (fewer skills get longer lines): with every built-in
 # tool, an index of 32 skills must keep the prompt under 3000 tokens (scripts/bench/prompt_cost.py).
 # skill_manage action=list shows whole descriptions.
-LINES_BUDGET = 32 * 54
+LINES_BUDGET = 32 * 48
 MAX_LINE_CHARS = 300
 MIN_LINE_CHARS = 40
 

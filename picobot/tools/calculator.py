@@ -57,7 +57,7 @@ class CalculatorTool(Tool):
     name = "calculator"
     # Short on purpose: an unknown name is answered with the full list of functions.
     description = (
-        "Exact arithmetic; use it, not mental math. + - * / // % ** (); sqrt sin cos tan (radians) "
+        "Exact arithmetic; use it, not mental math. sqrt sin cos tan (radians) "
         "log(x[, base]) log10 exp abs round floor ceil min max; pi e."
     )
     parameters = {

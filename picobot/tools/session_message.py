@@ -11,8 +11,8 @@ from picobot.tools.base import Tool, ToolContext
 class SendSessionMessageTool(Tool):
     name = "send_session_message"
     description = (
-        "Send a message mid-turn: progress, scheduled-task results, or to another chat the user "
-        "named. Not your final answer (delivered anyway)."
+        "Send a message now: progress, a scheduled task's result, or to another chat the user named; "
+        "not your final answer."
     )
     parameters = {
         "type": "object",
