@@ -19,7 +19,8 @@ from scripts.bench.common import HEADER, ROOT, Result, metric_rows, table
 BENCHES = ("overhead", "concurrency", "cpu", "memory", "fake_llm", "prompt_cost", "mcp_call", "chat_cli",
            "compaction", "subagent", "memory_search", "scheduler",
            "feishu", "plugin_hooks", "channels", "observability", "openai_api", "webhooks", "log_capture",
-           "operator_pages", "fallback", "model_switch", "usage_report", "agent_files", "titles", "budget_check")
+           "operator_pages", "fallback", "model_switch", "usage_report", "agent_files", "titles", "budget_check",
+           "approval_roundtrip")
 
 
 def main() -> int:
