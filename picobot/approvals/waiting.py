@@ -61,6 +61,12 @@ def decided_frame(a: store.Approval) -> dict[str, Any]:
             "decided_at": a.decided_at}
 
 
+def buttons(approval_id: str) -> list[tuple[str, str]]:
+    """What a chat with buttons shows under the request (a Telegram inline keyboard)."""
+    return [("Approve", f"/approve {approval_id}"), ("Allow for this dialog", f"/approve {approval_id} session"),
+            ("Deny", f"/deny {approval_id}")]
+
+
 def chat_text(a: store.Approval, timeout_secs: float) -> str:
     return (f"Approval needed ({a.rule}): {a.tool} wants to run\n{a.summary}\n"
             f"Reply /approve {a.id} (or /approve {a.id} session to allow this for the dialog) or /deny {a.id}. "
@@ -75,7 +81,8 @@ def ask(ports: "Ports", session_id: str, channel: str, chat_id: str, turn_id: st
     ports.publisher.publish(requested_frame(a))
     if channel not in SOCKET_CHANNELS:
         try:
-            send_to_chat(ports, channel, chat_id, chat_text(a, timeout_secs), kind="approval", key=f"approval:{a.id}")
+            send_to_chat(ports, channel, chat_id, chat_text(a, timeout_secs), kind="notice", key=f"approval:{a.id}",
+                         buttons=buttons(a.id))
         except Exception as exc:  # the sockets and /approve still work; the timeout denies at worst
             log.warning("approval %s: could not send the request to %s: %s", a.id, channel, type(exc).__name__)
     return a
