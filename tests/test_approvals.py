@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from picobot.storage.db import Database
 from tests.conftest import add_rule
@@ -265,3 +267,21 @@ def test_no_answer_in_time_denies(tmp_path: Path, fake_llm, llm) -> None:  # typ
         c.close()
     finally:
         s.stop()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(arg=st.text(max_size=80) | st.sampled_from(["0" * 10, "f" * 10 + " session", "A" * 10, "0123456789 SESSION"]),
+       cmd=st.sampled_from(["/approve", "/deny"]))
+def test_hostile_ids_never_decide_anything(astack: Stack, arg: str, cmd: str) -> None:
+    c = _client(astack)
+    reply = c.command(f"{cmd} {arg}")
+    assert reply["type"] == "command" and reply["data"].get("code") in ("usage", "not_found"), reply
+
+
+_clients: dict[int, WsClient] = {}
+
+
+def _client(s: Stack) -> WsClient:
+    if id(s) not in _clients:
+        _clients[id(s)] = s.client()
+    return _clients[id(s)]

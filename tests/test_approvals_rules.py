@@ -172,3 +172,17 @@ def test_hostile_rule_config_is_a_clear_error_or_valid(rule: dict[str, Any]) -> 
             assert err.key_path.startswith("tools.approval.rules[0]"), err.key_path
             return
         build_plugins(cfg, discover=False)  # a rule that loads compiles
+
+
+@settings(max_examples=200, deadline=None)
+@given(query=JSON | st.fixed_dictionaries({"id": JSON, "from": JSON, "message": JSON, "data": JSON}))
+def test_hostile_button_presses_are_refused_plainly(query: Any) -> None:
+    from picobot.channels.feishu.webhook import card_action_problem
+    from picobot.channels.telegram.intake import callback_problem
+
+    problem = callback_problem(query)
+    assert problem is None or isinstance(problem, str)
+    event = {"header": {"event_id": "e1"}, "event": {"operator": query, "context": query, "action": {"value": query}}}
+    found = card_action_problem(event)
+    assert found is None or isinstance(found, str)
+    assert card_action_problem(query if isinstance(query, dict) else {}) is not None
