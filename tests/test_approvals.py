@@ -61,8 +61,21 @@ def _script_rm(llm, tag: str, path: Path, calls: int = 1) -> None:  # type: igno
     add_rule(llm, f"wipe-{tag}", *[{"tool_calls": [call]}] * calls, {"content": f"finished {tag}"})
 
 
-def _requested(c: WsClient, timeout: float = 60) -> dict[str, Any]:
-    return c.recv_until(lambda f: f["type"] == "approval_requested", timeout)
+def _seen(c: WsClient, kind: str, timeout: float = 90) -> dict[str, Any]:
+    """The first `kind` frame not yet looked at, received already (it may come before the frame a
+    command or message waited for) or still to come."""
+    taken = c.__dict__.setdefault("taken", set())
+    for i, frame in enumerate(c.frames):
+        if frame["type"] == kind and i not in taken:
+            taken.add(i)
+            return frame
+    frame = c.recv_until(lambda f: f["type"] == kind, timeout)
+    taken.add(len(c.frames) - 1)
+    return frame
+
+
+def _requested(c: WsClient, timeout: float = 90) -> dict[str, Any]:
+    return _seen(c, "approval_requested", timeout)
 
 
 def _tool_results(c: WsClient) -> list[str]:
@@ -95,7 +108,7 @@ def test_approve_runs_the_call_and_records_who(astack: Stack, llm) -> None:  # t
     assert victim.exists()  # paused: nothing ran yet
     reply = c.command(f"/approve {asked['approval_id']}")
     assert reply["text"].startswith("Approved bash"), reply
-    decided = c.recv_until(lambda f: f["type"] == "approval_decided")
+    decided = _seen(c, "approval_decided")
     assert decided["status"] == "approved" and decided["decided_via"] == "cli_chat"
     done = c.wait_completed(acc["seq"])
     assert done["status"] == "completed" and done["final_text"] == f"finished {tag}"
@@ -258,7 +271,7 @@ def test_no_answer_in_time_denies(tmp_path: Path, fake_llm, llm) -> None:  # typ
         c = s.client()
         acc = c.say(f"wipe-{tag}")
         asked = _requested(c)
-        decided = c.recv_until(lambda f: f["type"] == "approval_decided", 60)
+        decided = _seen(c, "approval_decided")
         assert decided["status"] == "expired" and decided["decided_by"] == "system"
         done = c.wait_completed(acc["seq"])
         assert done["status"] == "completed" and victim.exists()
