@@ -259,7 +259,8 @@ def test_a_web_restart_during_the_wait_loses_nothing(astack: Stack, llm) -> None
     assert [a["approval_id"] for a in listed["data"]["approvals"] if a["status"] == "pending"] == [asked["approval_id"]]
     c2.command(f"/approve {asked['approval_id']}")
     wait_for(lambda: not victim.exists(), 60, "the approved call did not run after the web restart")
-    c2.wait_completed(acc["seq"])
+    # the paused turn kept its session lease through the wait and the restart: completed, not interrupted
+    assert c2.wait_completed(acc["seq"])["status"] == "completed"
     c2.close()
 
 
