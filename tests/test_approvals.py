@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,7 +24,7 @@ from tests.stack import Stack, WsClient, base_config, wait_for
 
 
 def _config(llm_url: str, port: int, **approval: Any) -> dict[str, Any]:
-    cfg = base_config(llm_url, port)
+    cfg = base_config(llm_url, port, openai_api={"enabled": True, "timeout_secs": 60})
     cfg["tools"] = {"approval": {"mode": "ask", "timeout_secs": 120, **approval,
                                  "rules": [{"name": "flagged", "tool": "*", "pattern": "approve-me"}]}}
     return cfg
@@ -299,3 +300,25 @@ def _client(s: Stack) -> WsClient:
     if id(s) not in _clients:
         _clients[id(s)] = s.client()
     return _clients[id(s)]
+
+
+def test_a_channel_nobody_can_answer_in_is_denied_at_once(astack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    tag, victim = _victim(astack)
+    _script_rm(llm, tag, victim)
+    made = astack.cli("apikeys", "create", f"appr-{tag}", "--json")
+    assert made.returncode == 0, made.stderr
+    key = json.loads(made.stdout)["key"]
+    r = httpx.post(astack.http + "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=90,
+                   json={"model": "picobot", "messages": [{"role": "user", "content": f"wipe-{tag}"}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == f"finished {tag}"
+    assert victim.exists()
+    db = Database(astack.database_url)
+    try:
+        with db.connect() as conn:
+            from sqlalchemy import text
+
+            found = conn.execute(text("SELECT status, decided_via FROM approvals WHERE session_id LIKE 'openai_api:%'"))
+            assert [tuple(row) for row in found] == [("denied", "unreachable")]
+    finally:
+        db.dispose()

@@ -71,7 +71,7 @@ class ApprovalsPlugin:
         asked = waiting.ask(ports, ctx.session_id, ctx.channel, ctx.chat_id, ctx.turn_id, call.name, text, rule.name,
                             self.approval.timeout_secs)
         log.info("approval %s asked in %s for %s (rule %s)", asked.id, ctx.session_id, call.name, rule.name)
-        ended = waiting.wait(ports, asked, getattr(ctx, "cancel", None))
+        ended = waiting.wait(ports, asked, getattr(ctx, "cancel", None)) if asked.status == store.PENDING else asked
         log.info("approval %s ended %s via %s", ended.id, ended.status, ended.decided_via)
         if ended.status == store.APPROVED:
             return None
@@ -80,6 +80,9 @@ class ApprovalsPlugin:
         if ended.status == store.EXPIRED:
             return Deny(f"nobody approved this call within {self.approval.timeout_secs:g}s (approval {ended.id}), "
                         "so it was not run")
+        if ended.decided_via == "unreachable":
+            return Deny(f"this {call.name} call needs a person's approval (rule {ended.rule}), and nobody can be "
+                        "asked in this channel")
         return Deny(f"the user denied this call (approval {ended.id}); do not retry it without asking")
 
     def _read_only(self, name: str) -> bool:

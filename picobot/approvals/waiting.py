@@ -75,7 +75,10 @@ def chat_text(a: store.Approval, timeout_secs: float) -> str:
 
 def ask(ports: "Ports", session_id: str, channel: str, chat_id: str, turn_id: str, tool: str, text: str,
         rule: str, timeout_secs: float) -> store.Approval:
-    """Record a pending approval and tell the dialog's sockets and, for a platform chat, the chat itself."""
+    """Record a pending approval and tell the dialog's sockets and, for a platform chat, the chat itself.
+
+    A channel nobody can answer in (no socket, no chat: the OpenAI-compatible API) closes it at once,
+    denied, instead of holding the caller for the whole timeout."""
     with ports.db.begin() as conn:
         a = store.create(conn, new_id(), session_id, turn_id, tool, text, rule, timeout_secs)
     ports.publisher.publish(requested_frame(a))
@@ -83,6 +86,9 @@ def ask(ports: "Ports", session_id: str, channel: str, chat_id: str, turn_id: st
         try:
             send_to_chat(ports, channel, chat_id, chat_text(a, timeout_secs), kind="notice", key=f"approval:{a.id}",
                          buttons=buttons(a.id))
+        except ValueError:  # no plugin owns the channel: there is nobody to ask
+            log.info("approval %s: nobody can answer in channel %s; denied", a.id, channel)
+            return _close(ports, a, store.DENIED, "unreachable")
         except Exception as exc:  # the sockets and /approve still work; the timeout denies at worst
             log.warning("approval %s: could not send the request to %s: %s", a.id, channel, type(exc).__name__)
     return a
