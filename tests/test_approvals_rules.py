@@ -186,3 +186,30 @@ def test_hostile_button_presses_are_refused_plainly(query: Any) -> None:
     found = card_action_problem(event)
     assert found is None or isinstance(found, str)
     assert card_action_problem(query if isinstance(query, dict) else {}) is not None
+
+
+def test_the_sweeper_closes_an_approval_whose_waiter_is_gone(tmp_path: Path, redis_url: str) -> None:
+    import redis as redis_lib
+
+    from picobot.approvals import waiting
+    from picobot.runtime.publisher import EventPublisher
+    from picobot.storage import approvals as store
+    from picobot.storage.db import Database
+
+    db = Database(f"sqlite:///{tmp_path / 'p.db'}")
+    db.migrate()
+    r = redis_lib.Redis.from_url(redis_url)
+    ports = type("Ports", (), {"db": db, "redis": r, "publisher": EventPublisher(r)})()
+    try:
+        with db.begin() as conn:
+            gone = store.create(conn, "a" * 10, "cli_chat:c1:default", "t1", "bash", "rm -rf x", "sudo", 1, now=0)
+            live = store.create(conn, "b" * 10, "cli_chat:c1:default", "t2", "bash", "rm -rf y", "sudo", 300)
+        host = build_plugins(_config(tmp_path, mode="ask"), discover=False)
+        host.call("picobot_sweep", ports=ports)
+        with db.begin() as conn:
+            assert store.get(conn, gone.id).status == "expired"  # type: ignore[union-attr]
+            assert store.get(conn, gone.id).decided_via == "timeout"  # type: ignore[union-attr]
+            assert store.get(conn, live.id).status == "pending"  # type: ignore[union-attr]
+        assert r.lpop(f"picobot:approval:{gone.id}") == b"expired"  # a waiter still there would wake
+    finally:
+        db.dispose()

@@ -99,6 +99,12 @@ class ApprovalsPlugin:
         except Exception:
             return None
 
+    @hookimpl
+    def picobot_sweep(self, ports: "Ports") -> None:
+        closed = waiting.close_stale(ports)
+        if closed:
+            log.info("closed %d approval(s) whose waiting turn was gone", closed)
+
     # ------------------------------------------------------------------ deciding
 
     @hookimpl

@@ -141,6 +141,19 @@ def wait(ports: "Ports", a: store.Approval, cancel: Any) -> store.Approval:
         unhook()
 
 
+STALE_GRACE_SECS = 30.0
+
+
+def close_stale(ports: "Ports", now: float | None = None) -> int:
+    """Record `expired` for approvals whose waiter is gone (its worker died mid-wait); how many closed.
+
+    A live waiter closes its own approval when it expires; this is the sweeper's fallback, after a grace."""
+    now = time.time() if now is None else now
+    with ports.db.begin() as conn:
+        found = store.stale(conn, now - STALE_GRACE_SECS)
+    return sum(1 for approval_id in found if decide(ports, approval_id, store.EXPIRED, SYSTEM, "timeout")[0])
+
+
 def _poke(ports: "Ports", key: str) -> None:
     try:
         ports.redis.rpush(key, "stop")

@@ -76,6 +76,12 @@ def decide(conn: Connection, approval_id: str, status: str, by: str, via: str, s
     return changed.rowcount == 1
 
 
+def stale(conn: Connection, before: float, limit: int = 100) -> list[str]:
+    """Ids of approvals still pending although they expired before `before` (their waiter is gone)."""
+    rows = conn.execute(select(_a.c.id).where(_a.c.status == PENDING, _a.c.expires_at < before).limit(limit)).all()
+    return [r[0] for r in rows]
+
+
 def allowed_for_session(conn: Connection, session_id: str, tool: str, rule: str) -> bool:
     """True when this dialog already allowed calls of `tool` under `rule` for the session."""
     found = conn.execute(select(_a.c.id).where(
