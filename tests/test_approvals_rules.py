@@ -213,3 +213,15 @@ def test_the_sweeper_closes_an_approval_whose_waiter_is_gone(tmp_path: Path, red
         assert r.lpop(f"picobot:approval:{gone.id}") == b"expired"  # a waiter still there would wake
     finally:
         db.dispose()
+
+
+def test_the_terminal_prints_the_request_with_its_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    from picobot.cli.chat_interactive import _Printer, _show
+
+    _show({"type": "approval_requested", "session_id": "cli_chat:c:default", "approval_id": "0123456789",
+           "tool": "bash", "summary": "rm -rf build", "rule": "rm-recursive-force", "expires_at": 1.0}, _Printer())
+    _show({"type": "approval_decided", "session_id": "cli_chat:c:default", "approval_id": "0123456789",
+           "status": "approved", "decided_by": "cli_chat:me"}, _Printer())
+    out = capsys.readouterr().out
+    assert "rm -rf build" in out and "/approve 0123456789" in out and "/deny 0123456789" in out
+    assert "approved by cli_chat:me" in out
