@@ -95,7 +95,8 @@ class AgentLoop:
             stage: StageContext | None = None) -> LoopResult:
         """`stage`: who the hooks see this run as (the turn's inputs, a sub-agent's run id); built from `ctx` if None."""
         self._on_overflow = on_overflow  # used once per turn: a second overflow goes to the trim
-        self._stage = stage or StageContext(ctx.session_id, ctx.channel, ctx.chat_id, ctx.sender_id, ctx.turn_id)
+        self._stage = replace(  # the hooks see this run's /stop (an approval's wait ends on it)
+            stage or StageContext(ctx.session_id, ctx.channel, ctx.chat_id, ctx.sender_id, ctx.turn_id), cancel=ctx.cancel)
         ctx.agent = RunningAgent(self.provider, self.tools, self.settings, controller, self.hooks,  # for sub-agents
                                  self._stage)
         result = LoopResult(messages=new, usage=Usage())

@@ -58,12 +58,16 @@ def builtin_plugins(config: Config) -> list[tuple[str, Any]]:
 
 
 def _shipped(config: Config) -> list[tuple[str, Any]]:
-    """The plugins that ship with PicoBot but are off by default (config `plugins.audit_log`, `tool_policy`)."""
+    """The plugins that ship with PicoBot but are off by default (`plugins.audit_log`, `tool_policy`, `tools.approval`)."""
     found: list[tuple[str, Any]] = []
     if config.plugins.audit_log.enabled:
         from picobot.contrib.audit_log import AuditLogPlugin
 
         found.append(("audit_log", AuditLogPlugin(config)))
+    if config.tools.approval.mode != "off":  # off: no hook at all, today's behaviour exactly
+        from picobot.approvals.plugin import ApprovalsPlugin
+
+        found.append(("approvals", ApprovalsPlugin(config)))
     if config.plugins.tool_policy.enabled:
         from picobot.contrib.tool_policy import ToolPolicyPlugin
 

@@ -36,8 +36,29 @@ def delivery_key(raw: str) -> str:
 
 
 def payload(text: str, fmt: str = "markdown", reply_to: str | None = None, turn_id: str | None = None,
-            session_id: str | None = None) -> dict[str, Any]:
-    return {"text": text, "format": fmt, "reply_to": reply_to, "turn_id": turn_id, "session_id": session_id}
+            session_id: str | None = None, buttons: Any = ()) -> dict[str, Any]:
+    body = {"text": text, "format": fmt, "reply_to": reply_to, "turn_id": turn_id, "session_id": session_id}
+    shown = command_buttons(buttons)
+    if shown:
+        body["buttons"] = shown
+    return body
+
+
+MAX_BUTTONS = 6
+MAX_BUTTON_LABEL = 40
+MAX_BUTTON_COMMAND_BYTES = 64  # Telegram's callback_data limit
+
+
+def command_buttons(buttons: Any) -> list[list[str]]:
+    """[[label, command], …] of the well-formed (label, slash command) pairs, at most MAX_BUTTONS."""
+    found: list[list[str]] = []
+    for item in list(buttons or ())[:MAX_BUTTONS]:
+        if not (isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            continue
+        label, command = item[0][:MAX_BUTTON_LABEL], item[1]
+        if label and command.startswith("/") and len(command.encode("utf-8", "replace")) <= MAX_BUTTON_COMMAND_BYTES:
+            found.append([label, command])
+    return found
 
 
 def reply_to_of(conn: Connection, turn_id: str) -> str | None:
@@ -128,7 +149,7 @@ def record_voice(conn: Connection, rt: "ChannelPorts", channel: str, chat_id: st
 
 def record_message(conn: "Connection | ChannelPorts", channel: str, chat_id: str, text: str, kind: str = "message",
                    key: str | None = None, session_id: str | None = None, reply_to: str | None = None,
-                   fmt: str | None = None) -> bool:
+                   fmt: str | None = None, buttons: Any = ()) -> bool:
     """Record one message to a chat (send_session_message, scheduler, command answers). False if a duplicate.
 
     Given a Connection it writes in the caller's transaction (the caller wakes the lane after its
@@ -141,12 +162,12 @@ def record_message(conn: "Connection | ChannelPorts", channel: str, chat_id: str
         if not rt.channels.external(channel):
             raise ValueError(f"channel {channel!r} is not a configured, enabled external channel")
         with rt.db.begin() as tx:
-            created = record_message(tx, channel, chat_id, text, kind, key, session_id, reply_to, fmt)
+            created = record_message(tx, channel, chat_id, text, kind, key, session_id, reply_to, fmt, buttons)
         wake(rt, channel, chat_id)
         return created
     fmt = fmt or ("plain" if kind == "notice" else "markdown")
     key = delivery_key(key or f"m:{uuid.uuid4().hex}")
-    return outbox.add(conn, channel, chat_id, payload(text, fmt, reply_to, None, session_id), key,
+    return outbox.add(conn, channel, chat_id, payload(text, fmt, reply_to, None, session_id, buttons), key,
                       session_id=session_id, kind=kind)
 
 

@@ -108,12 +108,14 @@ class ChannelsPlugin:
 
     @hookimpl
     def picobot_outbox_message(self, conn: "Connection", channel: str, chat_id: str, text: str, kind: str,
-                               key: str | None, session_id: str | None, ports: "Ports") -> Callable[[], None] | None:
+                               key: str | None, session_id: str | None, ports: "Ports",
+                               buttons: Any) -> Callable[[], None] | None:
         from picobot.channels import outbound
 
         if not self.registry(ports).external(channel):
             return None
-        outbound.record_message(conn, channel, chat_id, text, kind=kind, key=key, session_id=session_id)
+        outbound.record_message(conn, channel, chat_id, text, kind=kind, key=key, session_id=session_id,
+                                buttons=buttons)
         return lambda: outbound.wake(ports, channel, chat_id)
 
     @hookimpl

@@ -57,6 +57,12 @@ def _show(frame: dict[str, Any], printer: _Printer) -> None:
         print(f"\n[message] {frame.get('text')}")
     elif kind == "session":
         print(f"[dialog {frame['session']['dialog_id']}]")
+    elif kind == "approval_requested":
+        aid = frame.get("approval_id")
+        print(f"\n[approval {aid}] {frame.get('tool')} ({frame.get('rule')}) wants to run:\n  {frame.get('summary')}\n"
+              f"  /approve {aid}   /approve {aid} session   /deny {aid}")
+    elif kind == "approval_decided":
+        print(f"[approval {frame.get('approval_id')} {frame.get('status')} by {frame.get('decided_by')}]")
 
 
 class _Reader:

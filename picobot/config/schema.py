@@ -439,6 +439,61 @@ class NetworkConfig(_Section):
     allow: list[Annotated[str, AfterValidator(_check_allow_entry)]] = Field(default_factory=list)
 
 
+_RULE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_TOOL_GLOB = re.compile(r"[A-Za-z0-9_*?.-]{1,128}")
+
+
+class ApprovalRule(_Section):
+    """One approval rule: the calls of `tool` whose `argument` (or all arguments as JSON) match `pattern`."""
+
+    name: str | None = None  # shown in the request and /info; default "rule <index>"
+    tool: str = Field(min_length=1, max_length=128)  # a tool name or a glob ("mcp_*", "*")
+    argument: str | None = Field(default=None, min_length=1, max_length=128)
+    pattern: str | None = Field(default=None, max_length=2000)  # a regular expression; None: every call
+    action: Literal["ask", "deny", "allow"] = "ask"
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not _RULE_NAME.fullmatch(value):
+            raise ValueError("must be 1-64 letters, digits or _ . : -")
+        return value
+
+    @field_validator("tool")
+    @classmethod
+    def _tool(cls, value: str) -> str:
+        if not _TOOL_GLOB.fullmatch(value):
+            raise ValueError("must be a tool name or a glob of letters, digits, _ - . * ?")
+        return value
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except (re.error, RecursionError, OverflowError) as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return value
+
+
+class ApprovalConfig(_Section):
+    """Tool calls that wait for a person's yes or no (docs/APPROVALS.md)."""
+
+    # off: no rule is checked; ask: a matching call waits for a decision; deny: it is refused at once
+    mode: Literal["off", "ask", "deny"] = "off"
+    timeout_secs: float = Field(default=300.0, gt=0, le=86400)  # no decision by then: denied
+    default_rules: bool = True  # the built-in rules (rm -rf, sudo, curl | sh, writes outside the workspace)
+    rules: list[ApprovalRule] = Field(default_factory=list, max_length=200)  # checked before the built-in ones
+
+    @field_validator("timeout_secs", mode="before")
+    @classmethod
+    def _not_a_bool(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("must be a number of seconds, not true/false")
+        return value
+
+
 class ToolsConfig(_Section):
     disabled: list[str] = Field(default_factory=list)
     # Unset: $PICOBOT_WORKSPACE, else `<home>-workspace` beside the home (see config/workspace.py).
@@ -452,6 +507,7 @@ class ToolsConfig(_Section):
     workspace_storage: str | None = None
     bash: BashConfig = Field(default_factory=BashConfig)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
+    approval: ApprovalConfig = Field(default_factory=ApprovalConfig)
     bash_timeout_secs: float = Field(default=60.0, gt=0)
     bash_output_max_chars: int = Field(default=20000, gt=0)
     http_max_chars: int = Field(default=20000, gt=0)

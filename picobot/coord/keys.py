@@ -170,3 +170,11 @@ METRICS_INDEX = "picobot:metrics:index"  # sorted set: process name -> time of i
 def last_trace(session_id: str) -> str:
     """The trace id of the dialog's latest input (for /info); set by the web process when tracing is on."""
     return f"picobot:trace:last:{session_id}"
+
+
+# --- approvals (the approvals capability) ------------------------------------------------
+
+
+def approval(approval_id: str) -> str:
+    """The decision of one pending approval, pushed once it is written to SQL (the waiter BLPOPs it)."""
+    return f"picobot:approval:{approval_id}"

@@ -119,10 +119,12 @@ def picobot_turn_finished(turn, ports) -> None:
 
 
 @hookspec
-def picobot_outbox_message(conn, channel, chat_id, text, kind, key, session_id, ports) -> Any:
+def picobot_outbox_message(conn, channel, chat_id, text, kind, key, session_id, ports, buttons) -> Any:
     """A message for an external chat outside a turn's answer (`send_session_message`, a job's
-    message, a notice), inside the transaction that records it. Return a callable to run after
-    the commit when this plugin took it (its channel), else None."""
+    message, a notice), inside the transaction that records it. `buttons`: (label, slash command)
+    pairs a channel that has buttons shows under the message (a Telegram inline keyboard); pressing
+    one sends that command as the presser; the text names the commands for channels without. Return
+    a callable to run after the commit when this plugin took it (its channel), else None."""
 
 
 @hookspec(firstresult=True)

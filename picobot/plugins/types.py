@@ -22,6 +22,9 @@ class StageContext:
     agent: str = "default"
     input_ids: tuple[str, ...] = ()  # platform message ids of the turn's inputs ("job:…" for scheduled ones)
     run_id: str = ""  # a sub-agent run's id ("" for the dialog's own agent)
+    # the turn's cancellation (`.cancelled`, `.wait(secs)`) for a hook that waits on a person (an approval);
+    # None outside a running turn or sub-agent run
+    cancel: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ its channel (`picobot_outbox_message`), and woken after the commit.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from picobot.domain.messages import ChatMessage
 from picobot.config.access import agent_for
@@ -25,11 +25,12 @@ MARKER_SESSION_MESSAGE = "session_message"
 
 
 def record_outbox(conn: "Connection", ports: "Ports", channel: str, chat_id: str, text: str, kind: str = "message",
-                  key: str | None = None, session_id: str | None = None) -> list[Callable[[], Any]]:
+                  key: str | None = None, session_id: str | None = None,
+                  buttons: Sequence[tuple[str, str]] = ()) -> list[Callable[[], Any]]:
     """Offer a message for an external chat to the plugins (in the caller's transaction); returns what
-    to run after the commit — empty when no plugin owns the channel."""
+    to run after the commit — empty when no plugin owns the channel. `buttons`: (label, command) pairs."""
     return ports.plugins.call("picobot_outbox_message", conn=conn, channel=channel, chat_id=chat_id, text=text,
-                              kind=kind, key=key, session_id=session_id, ports=ports)
+                              kind=kind, key=key, session_id=session_id, ports=ports, buttons=tuple(buttons))
 
 
 def run_after(callbacks: list[Callable[[], Any]]) -> None:
@@ -43,10 +44,10 @@ def run_after(callbacks: list[Callable[[], Any]]) -> None:
 
 
 def send_to_chat(ports: "Ports", channel: str, chat_id: str, text: str, kind: str = "message",
-                 key: str | None = None) -> None:
+                 key: str | None = None, buttons: Sequence[tuple[str, str]] = ()) -> None:
     """Deliver text to an external chat through its channel plugin; ValueError when none owns it."""
     with ports.db.begin() as conn:
-        after = record_outbox(conn, ports, channel, chat_id, text, kind, key)
+        after = record_outbox(conn, ports, channel, chat_id, text, kind, key, buttons=buttons)
         if not after:
             raise ValueError(f"channel {channel!r} is not a configured, enabled external channel")
     run_after(after)

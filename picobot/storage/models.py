@@ -585,3 +585,31 @@ class ChatHostRow(Base):
     pinned_at: Mapped[float] = mapped_column(Float)
     moved_from: Mapped[str | None] = mapped_column(String(64), nullable=True)
     moved_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+class ApprovalRow(Base):
+    """A tool call that waited for a person's yes or no (the approvals capability), and its outcome.
+
+    The wait lives here, not in a process: a decision is this row's conditional update from
+    `pending` (so of two deciders exactly one wins), and a waiter re-reads it. A row approved with
+    scope `session` also allows later calls of the same tool under the same rule in that dialog.
+    """
+
+    __tablename__ = "approvals"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    session_id: Mapped[str] = mapped_column(String(512))
+    turn_id: Mapped[str] = mapped_column(String(64), default="")
+    tool: Mapped[str] = mapped_column(String(128))
+    summary: Mapped[str] = mapped_column(Text, default="")  # the call's arguments, secrets masked, capped
+    rule: Mapped[str] = mapped_column(String(128))  # the name of the rule that matched
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending|approved|denied|expired|cancelled
+    scope: Mapped[str] = mapped_column(String(16), default="once")  # once | session
+    decided_by: Mapped[str | None] = mapped_column(String(320), nullable=True)  # "<channel>:<sender_id>", or system
+    decided_via: Mapped[str | None] = mapped_column(String(64), nullable=True)  # web | cli_chat | telegram | timeout ...
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+    decided_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (
+        Index("ix_approvals_session_created", "session_id", "created_at"),
+        Index("ix_approvals_status", "status"),
+    )

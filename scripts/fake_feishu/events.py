@@ -85,6 +85,21 @@ class EventSender:
             self.fake.add_message(message_id, chat_id, message_type, body, sender_open_id, parent_id or "")
         return event
 
+    def card_action(self, chat_id: str, message_id: str, command: str, operator_open_id: str = "ou_u1",
+                    event_id: str | None = None) -> dict[str, Any]:
+        """A card.action.trigger event: a user pressed a card button whose callback value is {"command": …}."""
+        now_ms = str(int(time.time() * 1000))
+        return {"schema": "2.0",
+                "header": {"event_id": event_id or uuid.uuid4().hex, "event_type": "card.action.trigger",
+                           "create_time": now_ms, "token": self.verification_token, "app_id": self.app_id,
+                           "tenant_key": "fake_tenant"},
+                "event": {"operator": {"tenant_key": "fake_tenant", "open_id": operator_open_id,
+                                       "union_id": "on_" + operator_open_id[3:], "user_id": "u_" + operator_open_id[3:]},
+                          "token": "c-" + uuid.uuid4().hex,  # the card's update token
+                          "action": {"value": {"command": command}, "tag": "button"},
+                          "host": "im_message",
+                          "context": {"open_message_id": message_id, "open_chat_id": chat_id}}}
+
     def bot_mention(self, key: str = "@_user_1") -> dict[str, Any]:
         """A mention of the fake's bot (needs fake=)."""
         return {"key": key, "open_id": self.fake.bot_open_id, "name": self.fake.bot_name}

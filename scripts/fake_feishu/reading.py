@@ -57,3 +57,16 @@ def _strings(node: Any) -> list[str]:
         for item in node:
             out.extend(_strings(item))
     return out
+
+
+def buttons_of(sent: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, callback command) of each button of a sent card (JSON 2.0 `behaviors` callbacks)."""
+    found: list[tuple[str, str]] = []
+    content = sent.get("content") if isinstance(sent.get("content"), dict) else {}
+    for element in (content.get("body") or {}).get("elements") or []:
+        if isinstance(element, dict) and element.get("tag") == "button":
+            for behavior in element.get("behaviors") or []:
+                value = behavior.get("value") if isinstance(behavior, dict) else None
+                if isinstance(value, dict) and isinstance(value.get("command"), str):
+                    found.append(((element.get("text") or {}).get("content", ""), value["command"]))
+    return found

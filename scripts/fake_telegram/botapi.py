@@ -54,6 +54,8 @@ class Bot:
         self.edits: list[dict[str, Any]] = []
         self.actions: list[dict[str, Any]] = []
         self.reactions: list[dict[str, Any]] = []
+        self.answered: list[dict[str, Any]] = []      # answerCallbackQuery calls
+        self.pressable: dict[str, dict[str, Any]] = {}  # callback query id -> the press it answers
 
     # ---- messages in the chats -------------------------------------------------------------
 
@@ -189,13 +191,24 @@ class Methods:
                        "from": bot.me(), "text": plain}
             if entities:
                 message["entities"] = entities
+            markup = p.get("reply_markup")
+            if markup is not None:
+                rows = markup.get("inline_keyboard") if isinstance(markup, dict) else None
+                if not (isinstance(rows, list) and all(isinstance(r, list) for r in rows) and all(
+                        isinstance(b, dict) and isinstance(b.get("text"), str) and b["text"] and isinstance(
+                            b.get("callback_data"), str) and 1 <= len(b["callback_data"].encode()) <= 64
+                        for r in rows for b in r)):
+                    return err(400, "Bad Request: can't parse inline keyboard button")
+                message["reply_markup"] = {"inline_keyboard": rows}
             if parent is not None:
                 message["reply_to_message"] = {k: v for k, v in parent.items() if k != "reply_to_message"}
             bot.store(chat_id, message)
             bot.sent.append({"chat_id": chat_id, "message_id": message["message_id"], "text": plain,
                              "html": p.get("text") if str(p.get("parse_mode") or "").lower() == "html" else None,
                              "entities": entities, "reply_to": reply_to if parent is not None else None,
-                             "asked_reply_to": reply_to, "time": time.time()})
+                             "asked_reply_to": reply_to, "time": time.time(),
+                             "buttons": [b for r in message.get("reply_markup", {}).get("inline_keyboard", [])
+                                         for b in r]})
             self.lock.notify_all()
             return ok(message)
 
@@ -222,6 +235,16 @@ class Methods:
                     sent["text"], sent["entities"], sent["edited"] = plain, entities, True
             self.lock.notify_all()
             return ok(message)
+
+    def answercallbackquery(self, bot: Bot, p: dict[str, Any]) -> Answer:
+        query_id = p.get("callback_query_id")
+        with self.lock:
+            if not isinstance(query_id, str) or query_id not in bot.pressable:
+                return err(400, "Bad Request: query is too old and response timeout expired or query ID is invalid")
+            bot.pressable.pop(query_id)
+            bot.answered.append({"callback_query_id": query_id, "text": p.get("text"), "time": time.time()})
+            self.lock.notify_all()
+        return ok(True)
 
     def sendchataction(self, bot: Bot, p: dict[str, Any]) -> Answer:
         chat_id = _chat(p.get("chat_id"))

@@ -37,7 +37,7 @@ from scripts.fake_telegram.botapi import Answer, Bot, Methods, err
 DEFAULT_TOKEN = "123456789:AAFakeTokenForTestsOnly_abcdefghijkl"
 API_METHODS = frozenset({"getme", "getupdates", "setwebhook", "deletewebhook", "getwebhookinfo", "sendmessage",
                          "editmessagetext", "sendchataction", "setmessagereaction", "setmycommands", "getmycommands",
-                         "getfile", "sendvoice", "sendaudio"})
+                         "getfile", "sendvoice", "sendaudio", "answercallbackquery"})
 
 
 class FakeTelegram(Methods):
@@ -144,6 +144,28 @@ class FakeTelegram(Methods):
         if queue:
             self.push(update, token)
         return update
+
+    def press(self, chat_id: int, message_id: int, data: str, from_id: int | None = None,
+              token: str | None = None, username: str = "alice") -> dict[str, Any]:
+        """A user pressing an inline button under one of the bot's messages: a callback_query update, queued."""
+        bot = self.bot(token)
+        with self.lock:
+            message = bot.chats.get(str(chat_id), {}).get(message_id)
+            if message is None:
+                raise KeyError(f"no message {message_id} in chat {chat_id}")
+            query_id = f"{bot.id}{bot.next_update_id}"
+            query = {"id": query_id, "chat_instance": str(chat_id), "data": data, "message": dict(message),
+                     "from": {"id": from_id if from_id is not None else abs(chat_id), "is_bot": False,
+                              "first_name": username.title(), "username": username}}
+            bot.pressable[query_id] = query
+            update = {"update_id": bot.next_update_id, "callback_query": query}
+            bot.next_update_id += 1
+        self.push(update, token)
+        return update
+
+    def answered(self, token: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [dict(a) for a in self.bot(token).answered]
 
     def next_update_id(self, token: str | None = None) -> int:
         with self.lock:

@@ -95,6 +95,11 @@ class FeishuAdapter:
         else:
             bodies = [("interactive", cards.markdown_card(p))
                       for p in cards.split_markdown(text, self.cfg.max_message_chars)]
+        buttons = payload.get("buttons") if isinstance(payload.get("buttons"), list) else None
+        if buttons and bodies:  # slash-command buttons under the last part: a card (a press is a card action)
+            last = cards.split_plain(text, self.cfg.max_message_chars)[-1] if plain else text
+            bodies[-1] = ("interactive", cards.buttons_card(last if plain else bodies[-1][1]["body"]["elements"][0]
+                                                            ["content"], buttons))
         reply_to = payload.get("reply_to") if d.kind in ("reply", "notice") else None
         ids: list[str] = []
         start = 0

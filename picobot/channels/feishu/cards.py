@@ -27,6 +27,20 @@ def markdown_card(text: str) -> dict:
             "body": {"elements": [{"tag": "markdown", "content": text}]}}
 
 
+def buttons_card(text: str, buttons: list[list[str]]) -> dict:
+    """A card with `text` (as written, not Markdown) and one button per (label, slash command) pair.
+
+    A press arrives as a `card.action.trigger` event whose `action.value.command` is the command
+    (webhook.py records it; inbound.py makes it the presser's input)."""
+    kinds = {"Approve": "primary", "Deny": "danger"}
+    return {"schema": "2.0", "config": {"update_multi": True, "width_mode": "fill"},
+            "body": {"elements": [
+                {"tag": "div", "text": {"tag": "plain_text", "content": text}},
+                *[{"tag": "button", "text": {"tag": "plain_text", "content": label}, "type": kinds.get(label, "default"),
+                   "behaviors": [{"type": "callback", "value": {"command": command}}]}
+                  for label, command in buttons]]}}
+
+
 def streaming_card(text: str = "", summary: str = "…") -> dict:
     """A CardKit card in streaming mode with one Markdown element the stream writes into."""
     return {"schema": "2.0",

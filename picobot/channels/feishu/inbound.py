@@ -40,6 +40,9 @@ def to_inbound(event: dict[str, Any], cfg: FeishuConfig, api: Any, bot_open_id: 
                channel: str = "feishu") -> list[InboundMessage]:
     """The inputs of one event ([] = ignore it; the reason is logged)."""
     body = event.get("event") if isinstance(event.get("event"), dict) else {}
+    header = event.get("header") if isinstance(event.get("header"), dict) else {}
+    if header.get("event_type") == "card.action.trigger":
+        return _card_action(header, body, channel)
     message = body.get("message") if isinstance(body.get("message"), dict) else {}
     message_id, chat_id = message.get("message_id"), message.get("chat_id")
     sender = body.get("sender") if isinstance(body.get("sender"), dict) else {}
@@ -76,6 +79,22 @@ def to_inbound(event: dict[str, Any], cfg: FeishuConfig, api: Any, bot_open_id: 
     return [InboundMessage(channel=channel, chat_id=chat_id, sender_id=open_id, content=payload,
                            platform_message_id=message_id,
                            metadata={"reply_to": message_id, "chat_type": chat_type})]
+
+
+def _card_action(header: dict[str, Any], body: dict[str, Any], channel: str) -> list[InboundMessage]:
+    """A button pressed on one of the bot's cards: its command as the presser's input in that chat."""
+    operator, context, action = (body.get(k) if isinstance(body.get(k), dict) else {}
+                                 for k in ("operator", "context", "action"))
+    value = action.get("value") if isinstance(action.get("value"), dict) else {}
+    command, open_id, chat_id = value.get("command"), operator.get("open_id"), context.get("open_chat_id")
+    if not (isinstance(command, str) and is_command(command) and isinstance(open_id, str) and open_id
+            and isinstance(chat_id, str) and chat_id):
+        log.info("feishu (%s): ignored a card action without a command, operator or chat", channel)
+        return []
+    message_id = context.get("open_message_id") if isinstance(context.get("open_message_id"), str) else None
+    return [InboundMessage(channel=channel, chat_id=chat_id, sender_id=open_id, content=command,
+                           platform_message_id=f"card_{header.get('event_id')}",
+                           metadata={"reply_to": message_id})]
 
 
 def _group_allows(policy: str, mentions: Mentions) -> bool:

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 1024 * 1024
 MAX_DEPTH = 32  # Feishu's events nest about 5 deep
 MESSAGE_EVENT = "im.message.receive_v1"
+CARD_ACTION_EVENT = "card.action.trigger"  # a button pressed on one of the bot's cards (an approval's)
+MAX_COMMAND_CHARS = 64
 MAX_ID_CHARS = 200
 
 Answer = tuple[int, dict[str, Any]]
@@ -75,10 +77,56 @@ def _handle(rt: ChannelPorts, cfg: FeishuConfig, headers: Mapping[str, str], bod
 
 def accept_event(rt: ChannelPorts, channel: str, data: dict[str, Any]) -> Answer:
     """Record an authenticated event (from `parse`) and enqueue it; the long connection uses it too."""
+    if _event_type(data) == CARD_ACTION_EVENT:
+        return _record_card_action(rt, channel, data)
     if _event_type(data) != MESSAGE_EVENT:
         log.debug("feishu (%s): ignored event type %.80r", channel, _event_type(data))
         return OK
     return _record(rt, channel, data)
+
+
+def card_action_problem(data: dict[str, Any]) -> str | None:
+    """Why a card.action.trigger event is not a button press PicoBot takes (a slash command), or None."""
+    header, event = data.get("header"), data.get("event")
+    if not (isinstance(header, dict) and isinstance(header.get("event_id"), str)
+            and 0 < len(header["event_id"]) <= MAX_ID_CHARS):
+        return "the event has no event_id"
+    if not isinstance(event, dict):
+        return "the event has no body"
+    operator, action, context = event.get("operator"), event.get("action"), event.get("context")
+    if not (isinstance(operator, dict) and isinstance(operator.get("open_id"), str)
+            and 0 < len(operator["open_id"]) <= MAX_ID_CHARS):
+        return "operator.open_id is missing"
+    if not (isinstance(context, dict) and isinstance(context.get("open_chat_id"), str)
+            and 0 < len(context["open_chat_id"]) <= MAX_ID_CHARS):
+        return "context.open_chat_id is missing"
+    value = action.get("value") if isinstance(action, dict) else None
+    command = value.get("command") if isinstance(value, dict) else None
+    if not (isinstance(command, str) and command.startswith("/") and len(command) <= MAX_COMMAND_CHARS):
+        return "action.value.command is not a slash command"
+    return None
+
+
+def _record_card_action(rt: ChannelPorts, channel: str, data: dict[str, Any]) -> Answer:
+    problem = card_action_problem(data)
+    if problem:
+        log.info("feishu (%s): ignored a card action: %s", channel, problem)
+        return OK
+    from picobot.channels import events
+
+    payload = _without_token(data)
+    payload["event"] = {k: v for k, v in payload["event"].items() if k != "token"}  # the card's own token
+    try:
+        event_id, created = events.record(rt.db, channel, f"card:{payload['header']['event_id']}", payload)
+    except Exception as exc:  # storage down: 500 makes Feishu redeliver later
+        log.warning("feishu (%s): could not record a card action (%s)", channel, type(exc).__name__)
+        return 500, {"code": 500, "msg": "storage unavailable, retry later"}
+    if created:
+        try:
+            rt.queue.enqueue_channel_event(event_id)
+        except Exception as exc:  # recorded: the sweeper enqueues it once the broker is back
+            log.warning("feishu (%s): event %s recorded, not enqueued (%s)", channel, event_id, type(exc).__name__)
+    return 200, {"toast": {"type": "info", "content": "Received"}}
 
 
 def parse(raw: bytes | str) -> dict[str, Any]:

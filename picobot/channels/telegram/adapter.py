@@ -89,10 +89,13 @@ class TelegramAdapter:
             if live_id is not None:
                 sent["0"] = live_id
                 self._note(d, sent, chat_id)
+        buttons = payload.get("buttons") if isinstance(payload.get("buttons"), list) else None
         for index, part in enumerate(parts):
             if str(index) in sent:
                 continue  # sent by an earlier attempt
-            message_id, chat_id = self._send(chat_id, part, html=not plain, reply_to=reply_to if index == 0 else None)
+            last = buttons if index == len(parts) - 1 else None  # slash-command buttons under the last part
+            message_id, chat_id = self._send(chat_id, part, html=not plain, reply_to=reply_to if index == 0 else None,
+                                             buttons=last)
             sent[str(index)] = message_id
             self._note(d, sent, chat_id)
         return {"message_ids": [sent[str(i)] for i in range(len(parts))], "sent": sent, "chat_id": chat_id}
@@ -114,19 +117,20 @@ class TelegramAdapter:
         with self.rt.db.begin() as conn:
             outbox.note_progress(conn, d.id, {"sent": sent, "chat_id": chat_id})
 
-    def _send(self, chat_id: str, part: str, *, html: bool, reply_to: int | None) -> tuple[int, str]:
+    def _send(self, chat_id: str, part: str, *, html: bool, reply_to: int | None,
+              buttons: list[list[str]] | None = None) -> tuple[int, str]:
         """(message id, chat id) of one part; a part Telegram cannot parse goes again as plain text."""
         try:
-            return self.api.send_message(chat_id, part, html=html, reply_to=reply_to), chat_id
+            return self.api.send_message(chat_id, part, html=html, reply_to=reply_to, buttons=buttons), chat_id
         except TelegramError as exc:
             if exc.migrate_to_chat_id is not None:
                 log.info("telegram (%s): chat %s is now %s; sending there", self.name, chat_id, exc.migrate_to_chat_id)
-                return self._send(str(exc.migrate_to_chat_id), part, html=html, reply_to=None)
+                return self._send(str(exc.migrate_to_chat_id), part, html=html, reply_to=None, buttons=buttons)
             if not (html and exc.says("can't parse entities")):
                 raise
             log.warning("telegram (%s): a part did not parse as HTML (%s); sent as plain text", self.name,
                         exc.description[:200])
-        return self.api.send_message(chat_id, visible(part), html=False, reply_to=reply_to), chat_id
+        return self.api.send_message(chat_id, visible(part), html=False, reply_to=reply_to, buttons=buttons), chat_id
 
     # ---- the turn's live message -------------------------------------------------------------
 

@@ -164,10 +164,15 @@ class TelegramApi:
         result = self.call("getUpdates", params, timeout=timeout + 10)
         return result if isinstance(result, list) else []
 
-    def send_message(self, chat_id: str, text: str, *, html: bool, reply_to: int | None = None) -> int:
+    def send_message(self, chat_id: str, text: str, *, html: bool, reply_to: int | None = None,
+                     buttons: list[list[str]] | None = None) -> int:
+        """`buttons`: [label, callback data] pairs, shown as one inline keyboard row each."""
         params: dict[str, Any] = {"chat_id": chat_id, "text": text, "link_preview_options": {"is_disabled": True}}
         if html:
             params["parse_mode"] = "HTML"
+        if buttons:
+            params["reply_markup"] = {"inline_keyboard": [[{"text": label, "callback_data": data}]
+                                                          for label, data in buttons]}
         if reply_to is not None:
             params["reply_parameters"] = {"message_id": reply_to, "allow_sending_without_reply": True}
         result = self.call("sendMessage", params)
@@ -184,6 +189,13 @@ class TelegramApi:
         except TelegramError as exc:
             if not exc.says("message is not modified"):
                 raise
+
+    def answer_callback_query(self, callback_query_id: str, text: str = "") -> None:
+        """Stop the pressed button's spinner (a toast with `text` when given)."""
+        params: dict[str, Any] = {"callback_query_id": callback_query_id}
+        if text:
+            params["text"] = text[:200]
+        self.call("answerCallbackQuery", params)
 
     def send_chat_action(self, chat_id: str, action: str = "typing") -> None:
         self.call("sendChatAction", {"chat_id": chat_id, "action": action})

@@ -54,6 +54,8 @@ class Reader:
         self.cfg, self.api, self.media_dir, self.channel = cfg, api, Path(media_dir), channel
 
     def to_inbound(self, event: dict[str, Any]) -> list[InboundMessage]:
+        if isinstance(event.get("callback_query"), dict):
+            return self._button(event["callback_query"])
         message = event.get("message")
         if not isinstance(message, dict):
             return []
@@ -83,6 +85,23 @@ class Reader:
         return [InboundMessage(channel=self.channel, chat_id=chat_id, sender_id=str(sender.get("id")), content=content,
                                platform_message_id=ref,
                                metadata={"reply_to": ref, "chat_type": "p2p" if private else "group"})]
+
+    def _button(self, query: dict[str, Any]) -> list[InboundMessage]:
+        """A pressed inline button: its data (a slash command) as the presser's input; the spinner stopped."""
+        try:
+            self.api.answer_callback_query(str(query.get("id")))
+        except TelegramError as exc:  # a press answered late (over ~15 s) is refused by Telegram; the command still runs
+            log.info("telegram (%s): answerCallbackQuery failed: %s", self.channel, exc)
+        message, sender = query.get("message") or {}, query.get("from") or {}
+        chat = message.get("chat") or {}
+        data = query.get("data")
+        if not isinstance(data, str) or not data.startswith("/"):
+            return []
+        ref = message_ref(chat.get("id"), message.get("message_id"))
+        return [InboundMessage(channel=self.channel, chat_id=str(chat.get("id")), sender_id=str(sender.get("id")),
+                               content=data, platform_message_id=f"{chat.get('id')}_cb{query.get('id')}",
+                               metadata={"reply_to": ref, "chat_type": "p2p" if chat.get("type", "private") ==
+                                         "private" else "group"})]
 
     # ---- who is it for -----------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """Check one Telegram update and record it in the event inbox: what the poller and the webhook share.
 
-Only `message` updates are recorded; every other type (edited_message, channel_post, callback_query,
+Only `message` updates, and `callback_query` updates whose data is a slash command (a pressed inline
+button, such as an approval's Approve), are recorded; every other type (edited_message, channel_post,
 …) is ignored on purpose — an edit of a message the agent already answered would start a second turn.
+A button press is recorded under `cb:<callback query id>` and becomes that command, sent by the presser.
 A message is recorded only when it is well formed (ids are integers, text a string of at most 4096
 UTF-16 units: what Telegram itself sends) and its sender is in `allow_from`: a stranger's message
 stores nothing. The event key is `m:<chat id>:<message id>`, so the same message delivered again — a
@@ -77,8 +79,54 @@ def event_key(message: dict[str, Any]) -> str:
     return f"m:{message['chat']['id']}:{message['message_id']}"
 
 
+MAX_CALLBACK_DATA_BYTES = 64
+
+
+def callback_problem(query: Any) -> str | None:
+    """Why a `callback_query` is not a button press PicoBot takes (a slash command in its data), or None."""
+    if not isinstance(query, dict):
+        return "the callback query is not an object"
+    if not (isinstance(query.get("id"), str) and 0 < len(query["id"]) <= 64):
+        return "id is not a short string"
+    sender, message, data = query.get("from"), query.get("message"), query.get("data")
+    if not (isinstance(sender, dict) and _int(sender.get("id")) and sender["id"] > 0):
+        return "from.id is not a positive integer"
+    if not (isinstance(message, dict) and _int(message.get("message_id")) and isinstance(message.get("chat"), dict)
+            and _int(message["chat"].get("id")) and message["chat"]["id"] != 0):
+        return "the pressed message has no chat id and message id"
+    if not (isinstance(data, str) and data.startswith("/")
+            and len(data.encode("utf-8", "replace")) <= MAX_CALLBACK_DATA_BYTES):
+        return "data is not a slash command"
+    return None
+
+
+def _accept_callback(rt: "ChannelPorts", channel: str, update: dict[str, Any]) -> str:
+    query = update["callback_query"]
+    problem = callback_problem(query)
+    if problem:
+        log.info("telegram (%s): ignored a button press: %s", channel, problem)
+        return IGNORED
+    sender = query["from"]
+    if sender.get("is_bot") is True or not allowed(rt.config, channel, str(sender["id"])):
+        log.info("telegram (%s): button press from %s ignored: not in allow_from", channel, sender["id"])
+        return IGNORED
+    from picobot.channels import events
+
+    event_id, created = events.record(rt.db, channel, f"cb:{query['id']}",
+                                      {"update_id": update.get("update_id"), "callback_query": query})
+    if not created:
+        return DUPLICATE
+    try:
+        rt.queue.enqueue_channel_event(event_id)
+    except Exception as exc:  # recorded: the sweeper enqueues it once the broker is back
+        log.warning("telegram (%s): event %s recorded, not enqueued (%s)", channel, event_id, type(exc).__name__)
+    return RECORDED
+
+
 def accept(rt: "ChannelPorts", channel: str, update: Any) -> str:
     """Record one update (already cleaned): recorded | duplicate | ignored. Raises when SQL is down."""
+    if isinstance(update, dict) and "callback_query" in update and "message" not in update:
+        return _accept_callback(rt, channel, update)
     message = update.get("message") if isinstance(update, dict) else None
     if message is None:
         kinds = [k for k in update if k != "update_id"] if isinstance(update, dict) else []

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("picobot.channels.telegram")
 
-ALLOWED_UPDATES = ["message"]  # edited messages, reactions, … are not asked for (intake.py ignores them)
+# edited messages, reactions, … are not asked for (intake.py ignores them); callback_query: a pressed
+# inline button (an approval's), taken as the slash command it carries
+ALLOWED_UPDATES = ["message", "callback_query"]
 _HELP_LINE = re.compile(r"^\s+/([a-z0-9_]{1,32})\b[^\n]*?\s{2,}(\S[^\n]*)$", re.M)
 _NAME = re.compile(r"[a-z0-9_]{1,32}")
 

@@ -7,6 +7,7 @@ import { Composer } from "./composer.js";
 import { DialogList } from "./dialogs.js";
 import { ModelPicker } from "./model.js";
 import { PlanPanel } from "./plan.js";
+import { ApprovalCards } from "./approvals.js";
 
 const FIRST_LIMIT = 200; // what the server's ready frame carries
 const MAX_LIMIT = 1000;
@@ -39,7 +40,8 @@ class ChatPage {
       h("div", { class: "chat-actions" }, this.plan.toggle, this.renameBtn, this.archiveBtn, this.deleteBtn));
     this.scroller = h("div", { class: "chat-scroll", id: "chat-scroll" });
     this.transcript = new Transcript(this.scroller, { onLoadEarlier: () => this.loadEarlier() });
-    this.scroller.append(this.transcript.el);
+    this.approvals = new ApprovalCards({ command: (text) => this.socket.command(text) });
+    this.scroller.append(this.transcript.el, this.approvals.el);
     this.composer = new Composer({ onSend: (c, mode) => this.send(c, mode), onStop: () => this.stop() });
     const banner = h("div", { class: "conn-banner", role: "status" }, h("span", { class: "spinner" }),
       "Connection lost — reconnecting. Messages will catch up by themselves.");
@@ -72,6 +74,8 @@ class ChatPage {
       this.dialogs.refreshSoon();
     });
     s.on("message", (f) => { if (mine(f)) this.refreshHistory(); });
+    s.on("approval_requested", (f) => { if (mine(f)) this.approvals.requested(f); });
+    s.on("approval_decided", (f) => { if (mine(f)) this.approvals.decided(f); });
     // a title written in the background after the first answer (or any later change of the dialog)
     s.on("session_updated", (f) => {
       if (!mine(f)) return;
@@ -109,6 +113,8 @@ class ChatPage {
         document.body.dataset.historyPainted = String(messages.length);
       };
     }
+    if (changed) this.approvals.clear();
+    this.approvals.load(info.session_id); // a card asked while disconnected (or before a reload) shows too
     if (changed) {
       this.limit = FIRST_LIMIT;
       this.transcript.clearSession();
