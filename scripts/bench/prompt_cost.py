@@ -61,8 +61,8 @@ def request_body(tmp: Path, llm_url: str, redis_url: str, case: str) -> dict[str
     home = tmp / case / "home"
     home.mkdir(parents=True)
     cfg = base_config(llm_url, 1)
-    if case == "baseline":
-        cfg["tools"] = {"disabled": [t.name for t in builtin_tools()]}
+    if case == "baseline":  # every tool off: the core's and the capabilities' (memory, task, browser, ...)
+        cfg["tools"] = {"disabled": sorted({t.name for t in builtin_tools()} | _offered_tools(tmp, llm_url, redis_url))}
         cfg["skills"] = {"enabled": False}
     elif case == "0 skills":
         cfg["skills"] = {"sources": []}  # tools on, nothing to list
@@ -79,6 +79,24 @@ def request_body(tmp: Path, llm_url: str, redis_url: str, case: str) -> dict[str
     finally:
         rt.close()
     return _last_body(llm_url)
+
+
+def _offered_tools(tmp: Path, llm_url: str, redis_url: str) -> set[str]:
+    """Every tool a default PicoBot offers the model (the plugins' too)."""
+    from picobot.app import build_runtime
+    from picobot.config.loader import load_config
+    from tests.stack import base_config
+
+    home = tmp / "tool-names" / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.json").write_text(json.dumps(base_config(llm_url, 1)))
+    env = {**os.environ, "PICOBOT_HOME": str(home), "PICOBOT_TEST_KEY": "sk-bench", "REDIS_URL": redis_url,
+           "PICOBOT_WORKSPACE": str(tmp / "tool-names" / "workspace")}
+    rt = build_runtime(load_config(environ=env), _NoQueue(), migrate=True)
+    try:
+        return set(rt.tools().names())
+    finally:
+        rt.close()
 
 
 class _NoQueue:
