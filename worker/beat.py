@@ -7,30 +7,38 @@ static entries are re-installed when they are gone, and a failed send gets a new
 
 Scheduled jobs (picobot/scheduler): their entries are rebuilt from SQL at start and after a flush
 (picobot.scheduler.sync.rebuild); a job entry is due when its `due_at` argument has passed (not
-its whole-second rrule), and at most scheduler.worker_queue_capacity fires wait in the `scheduled`
-queue — due jobs beyond that stay in the schedule for the next tick.
+its whole-second rrule). The job entries due in a tick are marked sent in one Redis pipeline and
+sent as batches of at most FIRE_BATCH_MAX (job_id, due_at) pairs (picobot.scheduler.fire_batch);
+at most scheduler.worker_queue_capacity tasks wait in the `scheduled` queue (a batch counts as one)
+— due jobs beyond that stay in the schedule for the next tick.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from typing import Any
 
+from celery.beat import ScheduleEntry
 from redbeat import RedBeatScheduler
+from redbeat.decoder import RedBeatJSONEncoder
 from redbeat.schedulers import get_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from picobot.runtime import broker_queues
-from picobot.runtime.task_names import QUEUE_SCHEDULED
+from picobot.runtime.task_names import JOB_FIRE_BATCH_TASK, QUEUE_SCHEDULED
 from picobot.scheduler import redbeat_entries
+from picobot.scheduler.batch import FIRE_BATCH_MAX
 
 log = logging.getLogger("picobot.beat")
 
 
 class PicoBeatScheduler(RedBeatScheduler):
-    _job_room: int | None = None  # fires the `scheduled` queue may still take this tick (None: not counted yet)
+    _job_room: int | None = None  # job fires the `scheduled` queue may still take this tick (None: not counted yet)
+    _due_jobs: list[Any] | None = None  # job entries found due this tick, sent as batches at its end
 
     def setup_schedule(self):  # type: ignore[no-untyped-def]
         super().setup_schedule()
@@ -62,6 +70,7 @@ class PicoBeatScheduler(RedBeatScheduler):
                 self._retake_lock()
         self._reinstall_if_flushed()
         self._job_room = None
+        self._due_jobs = []
         remaining = []
         try:
             for entry in self.schedule.values():
@@ -70,7 +79,39 @@ class PicoBeatScheduler(RedBeatScheduler):
                     remaining.append(nxt)
         except RuntimeError:
             log.debug("beat: RuntimeError", exc_info=True)
+        finally:
+            self._send_job_batches()
         return min(remaining + [self.max_interval])
+
+    def _send_job_batches(self) -> None:
+        """Mark this tick's due job entries sent (as redbeat's reserve does, one pipeline for all), then
+        send them as batches. A batch that cannot be sent is not lost: the sync re-writes the entry of
+        a job whose due time passed with no run (after IN_FLIGHT_SECS) and beat sends it again."""
+        due, self._due_jobs = self._due_jobs or [], []
+        if not due:
+            return
+        client = get_redis(self.app)
+        with client.pipeline(transaction=False) as pipe:
+            for entry in due:
+                sent = ScheduleEntry._next_instance(entry)  # last_run_at now, run count + 1; no Redis I/O
+                meta = {"last_run_at": sent.last_run_at, "total_run_count": sent.total_run_count}
+                pipe.hset(entry.key, "meta", json.dumps(meta, cls=RedBeatJSONEncoder))
+                pipe.zadd(self.app.redbeat_conf.schedule_key, {entry.key: sent.score})
+            pipe.execute()
+        pairs = [[entry.args[0], redbeat_entries.due_of(entry.args)] for entry in due]
+        for start in range(0, len(pairs), FIRE_BATCH_MAX):
+            self._send_batch(pairs[start:start + FIRE_BATCH_MAX])
+
+    def _send_batch(self, pairs: list[list[Any]]) -> None:
+        for attempt in (1, 2):
+            try:
+                self.send_task(JOB_FIRE_BATCH_TASK, args=[pairs], queue=QUEUE_SCHEDULED, producer=self.producer)
+                return
+            except Exception as exc:  # a dead broker connection: the next send goes through a new producer
+                log.warning("beat: sending a batch of %d job fires failed (%s)%s", len(pairs), exc,
+                            "; reconnecting" if attempt == 1 else "; the sync re-sends them")
+                self.__dict__.pop("producer", None)
+                self.__dict__.pop("_maybe_due_kwargs", None)
 
     @property
     def schedule(self):  # type: ignore[no-untyped-def,override]
@@ -118,9 +159,9 @@ class PicoBeatScheduler(RedBeatScheduler):
         wait = due_at - time.time()
         if wait > 0:
             return False, wait
-        if self._job_room is None:
+        if self._job_room is None:  # the queue's free task slots, each a batch of up to FIRE_BATCH_MAX
             capacity = self.app.picobot_config.scheduler.worker_queue_capacity
-            self._job_room = capacity - self._scheduled_depth()
+            self._job_room = (capacity - self._scheduled_depth()) * FIRE_BATCH_MAX
         if self._job_room <= 0:
             return False, self.max_interval  # the queue is full: the next tick tries again
         self._job_room -= 1
@@ -135,6 +176,9 @@ class PicoBeatScheduler(RedBeatScheduler):
         job = self._job_due(entry)
         is_due, next_time_to_run = entry.is_due() if job is None else job
         if not is_due:
+            return next_time_to_run
+        if job is not None and self._due_jobs is not None:
+            self._due_jobs.append(entry)  # sent with the tick's other due jobs, as batches
             return next_time_to_run
         try:
             self.apply_async(entry, **kwargs)

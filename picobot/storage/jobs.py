@@ -52,6 +52,13 @@ def get(conn: Connection, job_id: str, *, for_update: bool = False) -> dict[str,
     return _job(conn.execute(q).first())
 
 
+def get_many(conn: Connection, job_ids: list[str]) -> list[dict[str, Any]]:
+    """The jobs of these ids that exist (one query; a batch of fires loads its jobs with it)."""
+    if not job_ids:
+        return []
+    return [dict(r._mapping) for r in conn.execute(select(JOBS).where(JOBS.c.id.in_(job_ids)))]
+
+
 def list_jobs(conn: Connection, *, source: str | None = None, states: tuple[str, ...] | None = None,
               scopes: list[str] | None = None) -> list[dict[str, Any]]:
     """Jobs ordered by id; `scopes` ("channel:chat_id") keeps those whose owner_scope is one of them
