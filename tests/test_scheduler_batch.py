@@ -201,3 +201,15 @@ def test_a_malformed_batch_fires_nothing_and_raises_nothing(rt: Runtime, raw: An
     assert _runs(rt, "b.junk") == []
     assert pairs_of([["b.junk", True], ["b.junk"], "b.junk", [1, DUE], ["b.junk", DUE, 1],
                      ["b.junk", float("nan")], ["b.junk", float("inf")]]) == []
+
+
+def test_a_job_that_cannot_be_claimed_in_the_batch_does_not_stop_the_others(rt: Runtime) -> None:
+    _put(rt, "b.sane", chat="claim")
+    _put(rt, "b.broken", chat="claim")
+    pairs = _due_now(rt, "b.sane", "b.broken")
+    with rt.db.begin() as conn:  # a schedule no version would accept: its next due time cannot be computed
+        conn.execute(update(store.JOBS).where(store.JOBS.c.id == "b.broken")
+                     .values(schedule={"type": "cron", "expression": "not a cron"}))
+    assert fire_batch(rt, pairs) == {"ok": 1, "error": 1}
+    assert _chat_texts(rt, "web", "claim") == ["hello from b.sane"]
+    assert _runs(rt, "b.broken") == []  # not claimed: the sync's misfire handling sees it as due

@@ -8,8 +8,9 @@ pairs (task picobot.scheduler.fire_batch). `fire_batch`:
         job gone / not active                  -> "inactive"
         due time is not the job's next_due_at  -> "duplicate" (a run exists) or "stale"
         internal_event                         -> fired after the commit, one by one (fire.fire)
-        savepoint: claim the run (UNIQUE (job_id, due_at): taken already -> "duplicate"),
-                   advance next_due_at (a one-shot ends `completed`)
+        its next due time (cannot be computed -> fired alone, after the commit)
+        claim the run (UNIQUE (job_id, due_at): taken already -> "duplicate"),
+        advance next_due_at (a one-shot ends `completed`)
         savepoint: the kind's SQL effect -- outbound_message: the stored message (web, cli_chat,
                    scheduler) or the outbox row keyed `j:<job_id>:<due_at>` (external channel);
                    agent kinds: the stored input `job:<job_id>:<due_at>`. An error rolls back only
@@ -32,8 +33,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from sqlalchemy import update
 
@@ -138,17 +140,21 @@ def claim(rt: "Ports", pairs: list[tuple[str, float]]) -> Batch:
             if job.kind not in BATCHED_KINDS:
                 batch.one_by_one.append((job_id, due_at))
                 continue
-            with conn.begin_nested():
-                run_id = store.claim_run(conn, job_id, due_at)
-                if run_id is None:
-                    batch.outcomes[(job_id, due_at)] = "duplicate"
-                    continue
+            try:  # the next due time first: a schedule that cannot be evaluated has written nothing yet
                 nxt = next_due(job.schedule, due_at, job.timezone or rt.config.time.timezone, job.created_at)
-                if store.set_next_due(conn, job_id, nxt, last_due_at=due_at, completed=nxt is None,
-                                      expect_next=job.next_due_at):
-                    batch.entries[job_id] = nxt
-                else:
-                    batch.repush.append(job_id)
+            except Exception:
+                log.exception("job %s due %s: its next due time failed; firing it alone", job_id, due_at)
+                batch.one_by_one.append((job_id, due_at))
+                continue
+            run_id = store.claim_run(conn, job_id, due_at)
+            if run_id is None:
+                batch.outcomes[(job_id, due_at)] = "duplicate"
+                continue
+            advanced = store.advance(conn, job_id, float(job.next_due_at), nxt)
+            if advanced:
+                batch.entries[job_id] = nxt
+            else:
+                batch.repush.append(job_id)
             claimed.append(run_id)
             job.next_due_at, job.state = nxt, "active" if nxt is not None else "completed"
             outcome, error = _effect(rt, conn, job, due_at, run_id, batch)
@@ -170,7 +176,7 @@ def _effect(rt: "Ports", conn: "Connection", job: Any, due_at: float, run_id: in
     from picobot.storage import jobs as store
 
     try:
-        with conn.begin_nested():
+        with _savepoint(conn):
             if job.kind == "outbound_message":
                 text = str(job.payload.get("text") or job.payload.get("prompt") or "")
                 if not text.strip():
@@ -186,6 +192,20 @@ def _effect(rt: "Ports", conn: "Connection", job: Any, due_at: float, run_id: in
     except Exception as exc:  # a bug or a bad target: this job's run fails, the batch goes on
         log.exception("job %s failed", job.id)
         return "failed", f"{type(exc).__name__}: {exc}"[:2000]
+
+
+@contextmanager
+def _savepoint(conn: "Connection") -> Iterator[None]:
+    """A plain SAVEPOINT: SQLAlchemy's begin_nested compiles its statements anew each time, which
+    cost more than the job's own SQL here."""
+    conn.exec_driver_sql("SAVEPOINT picobot_job")
+    try:
+        yield
+    except BaseException:
+        conn.exec_driver_sql("ROLLBACK TO SAVEPOINT picobot_job")
+        conn.exec_driver_sql("RELEASE SAVEPOINT picobot_job")
+        raise
+    conn.exec_driver_sql("RELEASE SAVEPOINT picobot_job")
 
 
 def _stamp(conn: "Connection", claimed: list[int], ok: dict[int, str]) -> None:

@@ -134,11 +134,11 @@ class After:
         from picobot.runtime.session_messages import run_after
         from picobot.runtime.task_names import QUEUE_SCHEDULED
 
-        for event in self.events:
+        if self.events:
             try:
-                rt.publisher.publish(event)
+                rt.publisher.publish(*self.events)  # one round trip for all
             except Exception:
-                log.exception("publishing a job's message failed (it is stored)")
+                log.exception("publishing jobs' messages failed (they are stored)")
         run_after(list(self.wakes.values()))
         for session_id in self.turns:
             try:

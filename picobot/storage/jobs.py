@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection, bindparam, delete, func, select, update
 
 from picobot.storage.models import (
     JOB_ACTIVE, JOB_RUN_MISSED, JOB_RUN_RUNNING, JobRunRow, ScheduledJobRow,
@@ -104,6 +104,17 @@ def set_next_due(conn: Connection, job_id: str, next_due_at: float | None, *, la
     if expect_next is not ...:
         q = q.where(JOBS.c.next_due_at.is_(None) if expect_next is None else JOBS.c.next_due_at == expect_next)
     return bool(conn.execute(q.values(**values)).rowcount)
+
+
+_ADVANCE = (update(JOBS).where(JOBS.c.id == bindparam("jid"), JOBS.c.next_due_at == bindparam("expect"))
+            .values(next_due_at=bindparam("nxt"), last_due_at=bindparam("last"), state=bindparam("st")))
+
+
+def advance(conn: Connection, job_id: str, due_at: float, next_due_at: float | None) -> bool:
+    """`set_next_due` for a fire of the due time `due_at` (compare-and-set on it), as one statement
+    built once (a batch of fires runs it hundreds of times). False: the job moved meanwhile."""
+    return bool(conn.execute(_ADVANCE, {"jid": job_id, "expect": due_at, "nxt": next_due_at, "last": due_at,
+                                        "st": JOB_ACTIVE if next_due_at is not None else "completed"}).rowcount)
 
 
 def set_outcome(conn: Connection, job_id: str, outcome: str) -> None:
