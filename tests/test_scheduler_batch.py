@@ -7,7 +7,7 @@ be sent); the burst through beat and a worker is in tests/test_scheduler_faults.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,9 +23,34 @@ from picobot.scheduler.manage import JobService
 from picobot.scheduler.sync import push_job, rebuild
 from picobot.storage import jobs as store
 from picobot.storage.models import InboundRow, MessageRow
-from tests.test_scheduler_fire import OWNER, _chat_texts, _job, _put, _runs, _runtime, rt  # noqa: F401
+from tests.conftest import fresh_pg_schema
+from tests.test_scheduler_fire import OWNER, _chat_texts, _job, _put, _runs, _runtime
 
 DUE = 1_900_000_000.25  # the one instant every job of a test is due at
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def rt(request: pytest.FixtureRequest, tmp_path, llm, redis_url: str,  # type: ignore[no-untyped-def]
+       monkeypatch: pytest.MonkeyPatch) -> Iterator[Runtime]:
+    """The runtime on SQLite, then on a fresh PostgreSQL schema (savepoints and the one-statement
+    claim behave alike on both)."""
+    pg = fresh_pg_schema() if request.param == "postgres" else None
+    url = next(pg) if pg is not None else None
+    runtime = _runtime(tmp_path, llm, redis_url, monkeypatch)
+    if url is not None:
+        runtime.close()
+        monkeypatch.setenv("DATABASE_URL", url)
+        from picobot.app import build_runtime
+        from picobot.config import load_config
+
+        runtime = build_runtime(load_config(), type(runtime.queue)(), migrate=True)
+        assert runtime.db.engine.dialect.name == "postgresql"
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+        if pg is not None:
+            pg.close()
 
 
 def _due_now(rt: Runtime, *job_ids: str, due: float = DUE) -> list[tuple[str, float]]:

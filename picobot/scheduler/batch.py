@@ -125,6 +125,7 @@ def claim(rt: "Ports", pairs: list[tuple[str, float]]) -> Batch:
     claimed: list[int] = []
     ok: dict[int, str] = {}  # run id -> job id
     failed: list[tuple[int, str | None]] = []
+    todo: list[tuple[Any, float, float, float | None]] = []  # (job, due_at, its next_due_at, the one after)
     with rt.db.begin() as conn:
         ids = sorted({job_id for job_id, _ in pairs})
         jobs = {row["id"]: job_view(row) for row in store.get_many(conn, ids)}
@@ -146,24 +147,30 @@ def claim(rt: "Ports", pairs: list[tuple[str, float]]) -> Batch:
                 log.exception("job %s due %s: its next due time failed; firing it alone", job_id, due_at)
                 batch.one_by_one.append((job_id, due_at))
                 continue
-            run_id = store.claim_run(conn, job_id, due_at)
-            if run_id is None:
-                batch.outcomes[(job_id, due_at)] = "duplicate"
-                continue
-            advanced = store.advance(conn, job_id, float(job.next_due_at), nxt)
-            if advanced:
-                batch.entries[job_id] = nxt
-            else:
-                batch.repush.append(job_id)
-            claimed.append(run_id)
+            expect = float(job.next_due_at)
             job.next_due_at, job.state = nxt, "active" if nxt is not None else "completed"
+            todo.append((job, due_at, expect, nxt))
+        # every claim in one statement, every advance in one executemany (a statement per job each was
+        # most of a batch's time)
+        run_ids = store.claim_runs(conn, [(job.id, due_at) for job, due_at, _, _ in todo])
+        claims = [(job, due_at, expect, nxt) for job, due_at, expect, nxt in todo if (job.id, due_at) in run_ids]
+        for job, due_at, _, _ in todo:
+            if (job.id, due_at) not in run_ids:
+                batch.outcomes[(job.id, due_at)] = "duplicate"
+        if store.advance_many(conn, [(job.id, expect, nxt) for job, _, expect, nxt in claims]) == len(claims):
+            batch.entries.update({job.id: nxt for job, _, _, nxt in claims})
+        else:  # someone moved a job meanwhile (PostgreSQL): its entry is written from SQL after the commit
+            batch.repush.extend(job.id for job, _, _, _ in claims)
+        for job, due_at, _, _ in claims:
+            run_id = run_ids[(job.id, due_at)]
+            claimed.append(run_id)
             outcome, error = _effect(rt, conn, job, due_at, run_id, batch)
-            batch.outcomes[(job_id, due_at)] = outcome
+            batch.outcomes[(job.id, due_at)] = outcome
             if outcome == "ok":
-                ok[run_id] = job_id
+                ok[run_id] = job.id
             elif outcome == "failed":
                 failed.append((run_id, error))
-                log.warning("job %s due %s failed: %s", job_id, due_at, error)
+                log.warning("job %s due %s failed: %s", job.id, due_at, error)
         _stamp(conn, claimed, ok)
         for run_id, error in failed:
             end_run(conn, run_id, "failed", error)
