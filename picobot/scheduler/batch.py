@@ -9,8 +9,9 @@ pairs (task picobot.scheduler.fire_batch). `fire_batch`:
         due time is not the job's next_due_at  -> "duplicate" (a run exists) or "stale"
         internal_event                         -> fired after the commit, one by one (fire.fire)
         its next due time (cannot be computed -> fired alone, after the commit)
-        claim the run (UNIQUE (job_id, due_at): taken already -> "duplicate"),
-        advance next_due_at (a one-shot ends `completed`)
+      claim every run in one statement (UNIQUE (job_id, due_at): taken already -> "duplicate"),
+      advance the claimed jobs' next_due_at in one executemany (a one-shot ends `completed`);
+      per claimed job:
         savepoint: the kind's SQL effect -- outbound_message: the stored message (web, cli_chat,
                    scheduler) or the outbox row keyed `j:<job_id>:<due_at>` (external channel);
                    agent kinds: the stored input `job:<job_id>:<due_at>`. An error rolls back only
