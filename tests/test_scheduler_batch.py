@@ -238,3 +238,49 @@ def test_a_job_that_cannot_be_claimed_in_the_batch_does_not_stop_the_others(rt: 
     assert fire_batch(rt, pairs) == {"ok": 1, "error": 1}
     assert _chat_texts(rt, "web", "claim") == ["hello from b.sane"]
     assert _runs(rt, "b.broken") == []  # not claimed: the sync's misfire handling sees it as due
+
+
+def _sent_batches(rt: Runtime) -> list[list[tuple[str, float]]]:
+    """The fire_batch tasks waiting in the `scheduled` queue (the broker is this Redis), as pair lists."""
+    import base64
+    import json
+
+    from picobot.runtime.task_names import JOB_FIRE_BATCH_TASK
+
+    out = []
+    for raw in rt.redis.lrange(QUEUE_SCHEDULED, 0, -1):
+        message = json.loads(raw)
+        if message["headers"]["task"] == JOB_FIRE_BATCH_TASK:
+            args = json.loads(base64.b64decode(message["body"]))[0]
+            out.append([(job_id, due) for job_id, due in args[0]])
+    return out
+
+
+def test_beat_sends_a_ticks_due_jobs_as_batches_and_holds_them_back_when_the_queue_is_full(
+        tmp_path, llm, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from worker.beat import PicoBeatScheduler
+    from worker.celery_app import make_celery
+
+    rt = _runtime(tmp_path, llm, redis_url, monkeypatch, worker_queue_capacity=2)
+    try:
+        ids = [f"b.beat.{i:03d}" for i in range(250)]
+        for job_id in ids:
+            _put(rt, job_id, chat="beat")
+        pairs = _due_now(rt, *ids, due=time.time() - 0.5)
+        beat = PicoBeatScheduler(app=make_celery(rt.config), lazy=True)
+        beat.tick()
+        batches = _sent_batches(rt)
+        assert sorted(len(b) for b in batches) == [50, 200]  # FIRE_BATCH_MAX pairs a task
+        assert sorted(p for b in batches for p in b) == sorted(pairs)  # the exact due times
+        assert all(_entry(rt, job_id) == -1 for job_id in ids)  # sent: the fire writes the next one
+        beat.tick()
+        assert len(_sent_batches(rt)) == 2  # nothing sent twice
+        _put(rt, "b.beat.held", chat="beat")
+        held = _due_now(rt, "b.beat.held", due=time.time() - 0.5)
+        beat.tick()  # two tasks wait and the capacity is 2: the job stays in the schedule
+        assert len(_sent_batches(rt)) == 2 and _entry(rt, "b.beat.held") == pytest.approx(held[0][1], abs=1e-6)
+        rt.redis.delete(QUEUE_SCHEDULED)  # the worker took them
+        beat.tick()
+        assert _sent_batches(rt) == [held]
+    finally:
+        rt.close()
