@@ -284,3 +284,40 @@ def test_beat_sends_a_ticks_due_jobs_as_batches_and_holds_them_back_when_the_que
         assert _sent_batches(rt) == [held]
     finally:
         rt.close()
+
+
+def test_external_chats_get_outbox_rows_in_the_batch_and_a_crash_after_it_is_swept(
+        tmp_path, llm, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """outbound_message to an external channel: the outbox row (key `j:<job>:<due>`) is committed with
+    the run; one wake-up per lane after the commit; lost with the worker, the outbox sweeper wakes it."""
+    from picobot.channels import delivery
+    from picobot.storage.models import OutboxRow
+    from tests.channel_sink import Sink, sink_channel
+    from tests.test_channels import _runtime as channel_runtime
+
+    sink = Sink()
+    rt = channel_runtime(tmp_path, llm, redis_url, monkeypatch, {"sink": sink_channel(sink)})
+    try:
+        svc = JobService(rt)
+        for job_id in ("b.ext.1", "b.ext.2", "b.ext.crash"):
+            svc.put(OWNER, {"id": job_id, "kind": "outbound_message", "schedule": {"type": "interval", "seconds": 60},
+                            "target": {"channel": "sink", "chat_id": "u_friend" if job_id != "b.ext.crash" else "u_late"},
+                            "payload": {"text": f"from {job_id}"}})
+        pairs = _due_now(rt, "b.ext.1", "b.ext.2")
+        assert fire_batch(rt, pairs) == {"ok": 2}
+        assert rt.queue.lanes == [("sink", "u_friend", 0)]  # type: ignore[attr-defined]  # once per lane
+        crash = _due_now(rt, "b.ext.crash")
+        claim(rt, crash)  # committed; the worker dies before waking the lane
+        assert fire_batch(rt, crash) == {"duplicate": 1}  # redelivered: nothing twice
+        with rt.db.connect() as conn:
+            rows = conn.execute(select(OutboxRow.chat_id, OutboxRow.idempotency_key)).all()
+        assert sorted(rows) == sorted([("u_friend", f"j:b.ext.1:{DUE!r}"), ("u_friend", f"j:b.ext.2:{DUE!r}"),
+                                       ("u_late", f"j:b.ext.crash:{DUE!r}")])
+        with rt.db.begin() as conn:  # as if the worker died a minute ago
+            conn.execute(OutboxRow.__table__.update().values(created_at=time.time() - 60))
+        rt.queue.lanes.clear()  # type: ignore[attr-defined]
+        assert delivery.recover(rt) == 2  # both lanes have due rows and no lock holder
+        assert sorted(rt.queue.lanes) == [("sink", "u_friend", 0), ("sink", "u_late", 0)]  # type: ignore[attr-defined]
+    finally:
+        rt.close()
+        sink.stop()
