@@ -192,3 +192,43 @@ def test_failing_agent_jobs_are_recorded_and_a_silent_one_notifies_once(make_sta
     finally:
         eng.dispose()
     assert len([n for n in notices if "quiet" in str(n)]) == 1
+
+
+def test_a_burst_of_300_jobs_due_at_one_instant_fires_each_exactly_once(make_stack) -> None:  # type: ignore[no-untyped-def]
+    """Every minute at :00, 300 jobs at once: beat sends them as batches (picobot.scheduler.fire_batch)."""
+    count = 300
+    jobs = [{"id": f"burst.{i}", "kind": "outbound_message", "schedule": {"type": "cron", "expression": "* * * * *"},
+             "target": {"channel": "web", "chat_id": "burst"}, "payload": {"text": f"burst {i}"}} for i in range(count)]
+    stack = make_stack(jobs)
+    stack.start(workers=1)
+
+    def fired() -> list[dict[str, Any]]:
+        eng = sqlalchemy.create_engine(stack.database_url)
+        try:
+            with eng.connect() as c:
+                return [dict(r) for r in c.exec_driver_sql(
+                    "SELECT job_id, due_at, outcome FROM job_runs WHERE job_id LIKE 'burst.%'").mappings()]
+        except sqlalchemy.exc.OperationalError:
+            return []
+        finally:
+            eng.dispose()
+
+    runs = wait_for(lambda: len({r["job_id"] for r in fired()}) == count and fired(), 240,
+                    "not every job of the burst fired")
+    first_due = min(r["due_at"] for r in runs)
+    stack.kill("beat", signal.SIGTERM)
+    time.sleep(5)  # anything still queued lands
+    runs = [r for r in fired() if r["due_at"] == first_due]
+    assert len(runs) == count and {r["job_id"] for r in runs} == {f"burst.{i}" for i in range(count)}
+    assert {r["outcome"] for r in runs} == {"ok"}
+    every = fired()
+    assert len({(r["job_id"], r["due_at"]) for r in every}) == len(every)  # (job, due time) once each
+    eng = sqlalchemy.create_engine(stack.database_url)
+    try:
+        with eng.connect() as c:
+            texts = [json.loads(row[0]) for row in c.exec_driver_sql(
+                "SELECT content FROM messages WHERE marker = 'scheduled_message'")]
+    finally:
+        eng.dispose()
+    assert len(texts) == sum(1 for r in every if r["outcome"] == "ok")  # one message per run, none twice
+    assert set(texts) == {f"burst {i}" for i in range(count)}

@@ -7,14 +7,17 @@ static entries are re-installed when they are gone, and a failed send gets a new
 
 Scheduled jobs (picobot/scheduler): their entries are rebuilt from SQL at start and after a flush
 (picobot.scheduler.sync.rebuild); a job entry is due when its `due_at` argument has passed (not
-its whole-second rrule), and at most scheduler.worker_queue_capacity fires wait in the `scheduled`
-queue — due jobs beyond that stay in the schedule for the next tick.
+its whole-second rrule, and read from the schedule's score without loading the entry). The jobs due
+in a tick are marked sent in one Redis pipeline and sent as batches of at most FIRE_BATCH_MAX (job_id, due_at) pairs (picobot.scheduler.fire_batch);
+at most scheduler.worker_queue_capacity tasks wait in the `scheduled` queue (a batch counts as one)
+— due jobs beyond that stay in the schedule for the next tick.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from redbeat import RedBeatScheduler
 from redbeat.schedulers import get_redis
@@ -23,14 +26,16 @@ from redis.exceptions import LockError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from picobot.runtime import broker_queues
-from picobot.runtime.task_names import QUEUE_SCHEDULED
+from picobot.runtime.task_names import JOB_FIRE_BATCH_TASK, QUEUE_SCHEDULED
 from picobot.scheduler import redbeat_entries
+from picobot.scheduler.batch import FIRE_BATCH_MAX
 
 log = logging.getLogger("picobot.beat")
 
 
 class PicoBeatScheduler(RedBeatScheduler):
-    _job_room: int | None = None  # fires the `scheduled` queue may still take this tick (None: not counted yet)
+    _job_room: int | None = None  # job fires the `scheduled` queue may still take this tick (None: not counted yet)
+    _due_jobs: list[tuple[str, float]] | None = None  # jobs found due this tick, sent as batches at its end
 
     def setup_schedule(self):  # type: ignore[no-untyped-def]
         super().setup_schedule()
@@ -62,29 +67,84 @@ class PicoBeatScheduler(RedBeatScheduler):
                 self._retake_lock()
         self._reinstall_if_flushed()
         self._job_room = None
+        self._due_jobs = []
         remaining = []
         try:
-            for entry in self.schedule.values():
+            entries, jobs, job_wake = self._select()
+            if job_wake is not None:
+                remaining.append(max(job_wake - time.time(), 0.001))
+            for job_id, due_at in jobs:
+                if not self._take_job_room():
+                    remaining.append(self.max_interval)  # the queue is full: the next tick tries again
+                    break
+                self._due_jobs.append((job_id, due_at))
+            for entry in entries.values():
                 nxt = self.maybe_due(entry, **self._maybe_due_kwargs)
                 if nxt:
                     remaining.append(nxt)
         except RuntimeError:
             log.debug("beat: RuntimeError", exc_info=True)
+        finally:
+            self._send_job_batches()
         return min(remaining + [self.max_interval])
+
+    def _send_job_batches(self) -> None:
+        """Mark this tick's due jobs sent (their entries re-scored -1, as redbeat's own reserve does, in
+        one pipeline), then send them as batches. A batch that cannot be sent is not lost: the sync
+        re-writes the entry of a job whose due time passed with no run (after IN_FLIGHT_SECS)."""
+        due, self._due_jobs = self._due_jobs or [], []
+        if not due:
+            return
+        now = time.time()
+        with get_redis(self.app).pipeline(transaction=False) as pipe:
+            for job_id, _ in due:
+                redbeat_entries.mark_sent(pipe, job_id, now)
+            pipe.execute()
+        pairs = [[job_id, due_at] for job_id, due_at in due]
+        for start in range(0, len(pairs), FIRE_BATCH_MAX):
+            self._send_batch(pairs[start:start + FIRE_BATCH_MAX])
+
+    def _send_batch(self, pairs: list[list[Any]]) -> None:
+        for attempt in (1, 2):
+            try:
+                self.send_task(JOB_FIRE_BATCH_TASK, args=[pairs], queue=QUEUE_SCHEDULED, producer=self.producer)
+                return
+            except Exception as exc:  # a dead broker connection: the next send goes through a new producer
+                log.warning("beat: sending a batch of %d job fires failed (%s)%s", len(pairs), exc,
+                            "; reconnecting" if attempt == 1 else "; the sync re-sends them")
+                self.__dict__.pop("producer", None)
+                self.__dict__.pop("_maybe_due_kwargs", None)
 
     @property
     def schedule(self):  # type: ignore[no-untyped-def,override]
-        """redbeat's selection with the exact time: redbeat floors "now" to the second, which made an
-        entry due at 12.3 wait until 13 (and only one entry of the next second was peeked at)."""
+        return self._select()[0]
+
+    def _select(self) -> tuple[dict[str, Any], list[tuple[str, float]], float | None]:
+        """(due and next static entries, due scheduled jobs as (job_id, due_at), the next job's due time).
+
+        redbeat's selection with the exact time: redbeat floors "now" to the second, which made an
+        entry due at 12.3 wait until 13 (and only one entry of the next second was peeked at). A job
+        entry is never loaded: its key names the job and its score is the exact due time, so a burst
+        of 1,000 due jobs costs one round trip, not 1,000 entry loads."""
         now = time.time()
         conf = self.app.redbeat_conf
         client = get_redis(self.app)
         with client.pipeline() as pipe:
-            pipe.zrangebyscore(conf.schedule_key, 0, now)
-            pipe.zrangebyscore(conf.schedule_key, f"({now}", now + self.max_interval, start=0, num=1)
+            pipe.zrangebyscore(conf.schedule_key, 0, now, withscores=True)
+            pipe.zrangebyscore(conf.schedule_key, f"({now}", now + self.max_interval, start=0, num=1, withscores=True)
             due, peek = pipe.execute()
-        entries = {}
-        for key in due + peek:
+        entries: dict[str, Any] = {}
+        jobs: list[tuple[str, float]] = []
+        job_wake = None
+        for key, score in due + peek:
+            key = key.decode() if isinstance(key, bytes) else key
+            job_id = redbeat_entries.job_id_of_key(key)
+            if job_id is not None:
+                if score <= now:
+                    jobs.append((job_id, float(score)))
+                else:
+                    job_wake = float(score)
+                continue
             try:
                 entry = self.Entry.from_key(key, app=self.app)
             except KeyError:
@@ -92,7 +152,7 @@ class PicoBeatScheduler(RedBeatScheduler):
                 client.zrem(conf.schedule_key, key)
                 continue
             entries[entry.name] = entry
-        return entries
+        return entries, jobs, job_wake
 
     def _retake_lock(self) -> None:
         client = get_redis(self.app)
@@ -118,13 +178,20 @@ class PicoBeatScheduler(RedBeatScheduler):
         wait = due_at - time.time()
         if wait > 0:
             return False, wait
+        if not self._take_job_room():
+            return False, self.max_interval  # the queue is full: the next tick tries again
+        return True, None
+
+    def _take_job_room(self) -> bool:
+        """Room for one more due job this tick: the `scheduled` queue's free task slots (counted once a
+        tick), each a batch of up to FIRE_BATCH_MAX jobs."""
         if self._job_room is None:
             capacity = self.app.picobot_config.scheduler.worker_queue_capacity
-            self._job_room = capacity - self._scheduled_depth()
+            self._job_room = (capacity - self._scheduled_depth()) * FIRE_BATCH_MAX
         if self._job_room <= 0:
-            return False, self.max_interval  # the queue is full: the next tick tries again
+            return False
         self._job_room -= 1
-        return True, None
+        return True
 
     def _scheduled_depth(self) -> int:
         """Tasks waiting in the `scheduled` queue, on the Redis or RabbitMQ broker."""
@@ -135,6 +202,9 @@ class PicoBeatScheduler(RedBeatScheduler):
         job = self._job_due(entry)
         is_due, next_time_to_run = entry.is_due() if job is None else job
         if not is_due:
+            return next_time_to_run
+        if job is not None and self._due_jobs is not None:  # sent with the tick's other due jobs, as batches
+            self._due_jobs.append((entry.args[0], redbeat_entries.due_of(entry.args)))
             return next_time_to_run
         try:
             self.apply_async(entry, **kwargs)

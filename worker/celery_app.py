@@ -13,7 +13,7 @@ from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
 from picobot.app import App as Runtime, build_runtime
 from picobot.titles import TITLE_TASK
 from picobot.runtime.task_names import (
-    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB,
+    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_BATCH_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB,
     MEMORY_MAINTENANCE_TASK, QUEUE_MAINTENANCE, QUEUE_OUTBOUND, QUEUE_SCHEDULED, QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK,
     SWEEP_TASK, TURN_TASK,
 )
@@ -61,7 +61,8 @@ def make_celery(config: Config) -> PicoCelery:
         task_routes={TURN_TASK: {"queue": QUEUE_TURNS}, SWEEP_TASK: {"queue": QUEUE_MAINTENANCE},
                      COMPACT_TASK: {"queue": QUEUE_MAINTENANCE}, SUBAGENT_TASK: {"queue": QUEUE_SUBAGENTS},
                      MEMORY_MAINTENANCE_TASK: {"queue": QUEUE_MAINTENANCE}, TITLE_TASK: {"queue": QUEUE_MAINTENANCE},
-                     JOB_FIRE_TASK: {"queue": QUEUE_SCHEDULED}, JOB_SYNC_TASK: {"queue": QUEUE_SCHEDULED},
+                     JOB_FIRE_TASK: {"queue": QUEUE_SCHEDULED},
+                     JOB_FIRE_BATCH_TASK: {"queue": QUEUE_SCHEDULED}, JOB_SYNC_TASK: {"queue": QUEUE_SCHEDULED},
                      DELIVER_TASK: {"queue": QUEUE_OUTBOUND}, CHANNEL_EVENT_TASK: {"queue": QUEUE_OUTBOUND},
                      HOOK_CALLBACK_TASK: {"queue": QUEUE_OUTBOUND}},
         task_serializer="json", accept_content=["json"],

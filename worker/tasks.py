@@ -10,7 +10,7 @@ from picobot.memory.compactor import run_background
 from picobot.memory.maintenance import run_maintenance
 from picobot.runtime.sweeper import sweep
 from picobot.runtime.task_names import (
-    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_TASK, SUBAGENT_TASK, SWEEP_TASK, TURN_TASK,
+    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_BATCH_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_TASK, SUBAGENT_TASK, SWEEP_TASK, TURN_TASK,
 )
 from picobot.runtime.turn_runner import drain_session
 from picobot.subagents.background import run_background_run
@@ -61,6 +61,13 @@ def register(app: Celery, runtime: Callable[[], "Runtime"]) -> None:
         from picobot.scheduler.fire import fire
 
         return fire(runtime(), job_id, due_at, manual=bool(manual))
+
+    @app.task(name=JOB_FIRE_BATCH_TASK, ignore_result=True)
+    def fire_jobs(pairs: list) -> dict:
+        """Fire many due times at once ([[job_id, due_at], ...] from beat), each exactly once."""
+        from picobot.scheduler.batch import fire_batch
+
+        return fire_batch(runtime(), pairs)
 
     @app.task(name=JOB_SYNC_TASK, ignore_result=True)
     def sync_jobs() -> dict:

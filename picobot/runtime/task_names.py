@@ -11,6 +11,7 @@ SWEEP_TASK = "picobot.sweep"
 COMPACT_TASK = "picobot.compact"  # context compaction of one session, on the maintenance queue
 SUBAGENT_TASK = "picobot.subagent"  # one background sub-agent run, on the subagents queue
 JOB_FIRE_TASK = "picobot.scheduler.fire"  # one due time of one scheduled job, on the scheduled queue
+JOB_FIRE_BATCH_TASK = "picobot.scheduler.fire_batch"  # due times of many jobs at once (beat's burst path), on scheduled
 JOB_SYNC_TASK = "picobot.scheduler.sync"  # rebuild/repair the redbeat job entries from SQL, every 30 s
 DELIVER_TASK = "picobot.deliver"  # deliver one (channel, chat) lane of the outbox, on the outbound queue
 CHANNEL_EVENT_TASK = "picobot.channel_event"  # process one recorded platform event, on the outbound queue

@@ -7,6 +7,9 @@
       a scheduled due time advances next_due_at (a one-shot ends `completed`), the redbeat entry
       is re-written for the next due time, then the kind runs and its outcome is recorded.
 
+Beat sends due times in batches (picobot/scheduler/batch.py, one transaction for many); this
+path serves "run now", batches' internal_event jobs and a batch that failed as a whole.
+
 Agent kinds (agent_task, silent_agent_task) only store their input; the run's outcome is recorded
 when that input's turn ends (`on_turn_finished`, called by the turn runner; the input's
 platform_message_id is `job:<job_id>:<due_at>`).

@@ -23,6 +23,8 @@ from picobot.storage import inbound, messages, sessions
 from picobot.storage.models import MODE_QUEUE
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from picobot.runtime.ports import Ports as Runtime
 
 log = logging.getLogger("picobot.scheduler")
@@ -63,27 +65,9 @@ def _internal(rt: "Runtime", job: Any) -> tuple[str, str | None, str | None]:
 
 def _agent_input(rt: "Runtime", job: Any, due_at: float, silent: bool) -> str:
     from picobot.runtime.task_names import QUEUE_SCHEDULED
-    from picobot.scheduler.fire import input_id
 
-    payload, target = job.payload or {}, job.target or {}
-    if silent:
-        channel, chat_id = SILENT_CHANNEL, str(target.get("session_chat_id") or job.id)
-    else:
-        channel, chat_id = str(target.get("channel")), str(target.get("chat_id"))
-    from picobot.config.access import agent_for
-
-    agent = str(payload.get("agent") or agent_for(rt.config, channel))
-    if payload.get("fresh_session"):
-        with rt.db.write() as s:
-            sessions.create(s, channel, chat_id, title=f"job {job.id}", agent=agent)
     with rt.db.begin() as conn:
-        session_id = sessions.current_or_create_id(conn, channel, chat_id, agent)
-        _, created = inbound.enqueue(conn, session_id, channel, str(payload.get("prompt") or ""),
-                                     str(payload.get("sender_id") or "scheduler"), MODE_QUEUE,
-                                     input_id(job.id, due_at))
-        if created and payload.get("system_prompt"):
-            messages.append(conn, session_id, None, [ChatMessage(
-                role="system", content=str(payload["system_prompt"]), marker=MARKER_SYSTEM_PROMPT)])
+        session_id = store_input(rt, conn, job, due_at)
     try:
         rt.queue.enqueue_turn(session_id, queue=QUEUE_SCHEDULED)  # type: ignore[call-arg]
     except Exception as exc:  # stored: the sweeper wakes the session once the broker is back
@@ -92,24 +76,98 @@ def _agent_input(rt: "Runtime", job: Any, due_at: float, silent: bool) -> str:
     return session_id
 
 
+def store_input(rt: "Runtime", conn: "Connection", job: Any, due_at: float) -> str:
+    """An agent kind's input, in the caller's transaction (a fresh dialog first with
+    payload.fresh_session); returns the session it waits in. Its turn is enqueued after the commit."""
+    from sqlalchemy.orm import Session
+
+    from picobot.config.access import agent_for
+    from picobot.scheduler.fire import input_id
+
+    payload, target = job.payload or {}, job.target or {}
+    if job.kind == "silent_agent_task":
+        channel, chat_id = SILENT_CHANNEL, str(target.get("session_chat_id") or job.id)
+    else:
+        channel, chat_id = str(target.get("channel")), str(target.get("chat_id"))
+    agent = str(payload.get("agent") or agent_for(rt.config, channel))
+    if payload.get("fresh_session"):
+        with Session(bind=conn) as s:
+            sessions.create(s, channel, chat_id, title=f"job {job.id}", agent=agent)
+            s.commit()  # only its own savepoint, or a flush: see sessions.current_or_create_id
+    session_id = sessions.current_or_create_id(conn, channel, chat_id, agent)
+    _, created = inbound.enqueue(conn, session_id, channel, str(payload.get("prompt") or ""),
+                                 str(payload.get("sender_id") or "scheduler"), MODE_QUEUE,
+                                 input_id(job.id, due_at))
+    if created and payload.get("system_prompt"):
+        messages.append(conn, session_id, None, [ChatMessage(
+            role="system", content=str(payload["system_prompt"]), marker=MARKER_SYSTEM_PROMPT)])
+    return session_id
+
+
 def deliver(rt: "Runtime", target: dict[str, Any], text: str, marker: str = MARKER_JOB_MESSAGE,
             key: str | None = None, kind: str = "message") -> None:
     """Text to a chat: web/cli_chat get a stored message in its current dialog and a `message`
     event; an external channel (Feishu) gets an outbox delivery whose idempotency key is `key`
     (job id + due time), so a run handled twice still shows once."""
+    with rt.db.begin() as conn:
+        after = store_delivery(rt, conn, target, text, marker, key, kind)
+    after.run(rt)
+
+
+class After:
+    """What to do once a transaction that stored messages has committed: `message` events to publish,
+    outbox lanes to wake (one call per lane), turns to enqueue on the `scheduled` queue."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.wakes: dict[tuple[str, str], Any] = {}
+        self.turns: list[str] = []
+
+    def merge(self, other: "After") -> None:
+        self.events += other.events
+        for lane, wake in other.wakes.items():
+            self.wakes.setdefault(lane, wake)
+        self.turns += [t for t in other.turns if t not in self.turns]
+
+    def run(self, rt: "Runtime") -> None:
+        """Best effort each: a lost wake-up is the sweepers' to repair (outbox lanes, pending input)."""
+        from picobot.runtime.session_messages import run_after
+        from picobot.runtime.task_names import QUEUE_SCHEDULED
+
+        if self.events:
+            try:
+                rt.publisher.publish(*self.events)  # one round trip for all
+            except Exception:
+                log.exception("publishing jobs' messages failed (they are stored)")
+        run_after(list(self.wakes.values()))
+        for session_id in self.turns:
+            try:
+                rt.queue.enqueue_turn(session_id, queue=QUEUE_SCHEDULED)  # type: ignore[call-arg]
+            except Exception as exc:  # stored: the sweeper wakes the session once the broker is back
+                log.warning("a job's input in %s stored but not enqueued (%s); the sweeper will run it",
+                            session_id, type(exc).__name__)
+
+
+def store_delivery(rt: "Runtime", conn: "Connection", target: dict[str, Any], text: str,
+                   marker: str = MARKER_JOB_MESSAGE, key: str | None = None, kind: str = "message") -> After:
+    """`deliver`'s SQL in the caller's transaction: the stored message (web, cli_chat) or the outbox
+    row (external channel); returns what to run after the commit. ValueError: no such chat."""
+    from picobot.runtime.session_messages import record_outbox
+
     channel, chat_id = str(target.get("channel") or ""), str(target.get("chat_id") or "")
     if not channel or not chat_id:
         raise ValueError("the job has no target chat (target.channel, target.chat_id)")
+    after = After()
     if channel in LOCAL_CHANNELS:
-        with rt.db.write() as s:
-            session_id = sessions.get_or_create_current(s, channel, chat_id).id
-            messages.append(s.connection(), session_id, None, [
-                ChatMessage(role="assistant", content=text, marker=marker)])
-        rt.publisher.publish({"type": "message", "session_id": session_id, "text": text, "from_session": None})
-        return
-    from picobot.runtime.session_messages import send_to_chat
-
-    send_to_chat(rt, channel, chat_id, text, kind=kind, key=key)
+        session_id = sessions.current_or_create_id(conn, channel, chat_id)
+        messages.append(conn, session_id, None, [ChatMessage(role="assistant", content=text, marker=marker)])
+        after.events.append({"type": "message", "session_id": session_id, "text": text, "from_session": None})
+        return after
+    wakes = [w for w in record_outbox(conn, rt, channel, chat_id, text, kind, key) if callable(w)]
+    if not wakes:
+        raise ValueError(f"channel {channel!r} is not a configured, enabled external channel")
+    after.wakes[(channel, chat_id)] = wakes[0] if len(wakes) == 1 else (lambda: [w() for w in wakes])
+    return after
 
 
 def notify_budget(rt: "Runtime", job: Any, error: str, due_at: float) -> None:

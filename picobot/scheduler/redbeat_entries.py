@@ -11,9 +11,10 @@ Format (what redbeat 2.4's RedBeatJSONEncoder writes, so `RedBeatSchedulerEntry.
   (redbeat issue #74: an occurrence equal to the entry's creation time is skipped);
 - sorted set `redbeat::schedule`: the entry's key scored by the exact due time, so beat loads the
   entry only when it is due (10 000 idle jobs cost beat nothing per tick).
-Once sent, redbeat itself re-scores the entry -1 (the rrule has no occurrence left), which beat
-never loads; the fire task then writes the next due time. PicoBeatScheduler decides due-ness of
-these entries from their `due_at` argument, not from the whole-second rrule (no early fire).
+Once sent, beat re-scores the entry -1 (`mark_sent`, what redbeat's reserve writes: the rrule has no
+occurrence left), which beat never loads; the fire then writes the next due time. PicoBeatScheduler
+takes a job entry's due time from its score (its exact `due_at`), not from the whole-second rrule (no
+early fire), and never needs to load the entry itself.
 """
 
 from __future__ import annotations
@@ -69,6 +70,14 @@ def write(pipe: Any, job_id: str, due_at: float) -> None:
     key = entry_key(job_id)
     pipe.hset(key, mapping={"definition": definition(job_id, due_at), "meta": meta(due_at)})
     pipe.zadd(SCHEDULE_KEY, {key: due_at})
+
+
+def mark_sent(pipe: Any, job_id: str, now: float) -> None:
+    """What redbeat's own reserve writes once an entry is sent: `last_run_at` now and the score -1 (no
+    occurrence left; beat loads no entry with a negative score). The fire writes the next due time."""
+    key = entry_key(job_id)
+    pipe.hset(key, "meta", json.dumps({"last_run_at": _datetime(now), "total_run_count": 1}))
+    pipe.zadd(SCHEDULE_KEY, {key: -1})
 
 
 def delete(pipe: Any, job_id: str) -> None:

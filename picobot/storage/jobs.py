@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection, bindparam, case, delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from picobot.storage.models import (
     JOB_ACTIVE, JOB_RUN_MISSED, JOB_RUN_RUNNING, JobRunRow, ScheduledJobRow,
@@ -20,6 +21,7 @@ from picobot.storage.upsert import InsertIfAbsent
 JOBS = ScheduledJobRow.__table__
 RUNS = JobRunRow.__table__
 _CLAIM = InsertIfAbsent(RUNS, ["job_id", "due_at"])
+_DIALECT_INSERT = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 JOB_COLUMNS = tuple(c.name for c in JOBS.columns)
 RUN_COLUMNS = tuple(c.name for c in RUNS.columns)
 
@@ -50,6 +52,13 @@ def get(conn: Connection, job_id: str, *, for_update: bool = False) -> dict[str,
     if for_update and conn.dialect.name == "postgresql":
         q = q.with_for_update()
     return _job(conn.execute(q).first())
+
+
+def get_many(conn: Connection, job_ids: list[str]) -> list[dict[str, Any]]:
+    """The jobs of these ids that exist (one query; a batch of fires loads its jobs with it)."""
+    if not job_ids:
+        return []
+    return [dict(r._mapping) for r in conn.execute(select(JOBS).where(JOBS.c.id.in_(job_ids)))]
 
 
 def list_jobs(conn: Connection, *, source: str | None = None, states: tuple[str, ...] | None = None,
@@ -97,6 +106,34 @@ def set_next_due(conn: Connection, job_id: str, next_due_at: float | None, *, la
     if expect_next is not ...:
         q = q.where(JOBS.c.next_due_at.is_(None) if expect_next is None else JOBS.c.next_due_at == expect_next)
     return bool(conn.execute(q.values(**values)).rowcount)
+
+
+_ADVANCE = (update(JOBS).where(JOBS.c.id == bindparam("jid"), JOBS.c.next_due_at == bindparam("expect"))
+            .values(next_due_at=bindparam("nxt"), last_due_at=bindparam("last"),
+                    state=case((bindparam("done") == 1, "completed"), else_=JOBS.c.state)))
+
+
+def claim_runs(conn: Connection, pairs: list[tuple[str, float]], *, now: float | None = None) -> dict[tuple[str, float], int]:
+    """`claim_run` for many due times in one statement: {(job_id, due_at): new run id} of those
+    claimed here; a pair missing from it was claimed already."""
+    if not pairs:
+        return {}
+    now = time.time() if now is None else now
+    rows = [{"job_id": job_id, "due_at": due_at, "created_at": now, "started_at": now, "ended_at": None,
+             "outcome": JOB_RUN_RUNNING} for job_id, due_at in pairs]
+    stmt = (_DIALECT_INSERT[conn.dialect.name](RUNS).values(rows)
+            .on_conflict_do_nothing(index_elements=["job_id", "due_at"])
+            .returning(RUNS.c.id, RUNS.c.job_id, RUNS.c.due_at))
+    return {(r.job_id, float(r.due_at)): int(r.id) for r in conn.execute(stmt)}
+
+
+def advance_many(conn: Connection, items: list[tuple[str, float, float | None]]) -> int:
+    """`set_next_due` of many fires, as (job_id, due_at fired, next_due_at), compare-and-set on due_at
+    (a job moved meanwhile stays), in one executemany of a statement built once; how many moved."""
+    if not items:
+        return 0
+    return int(conn.execute(_ADVANCE, [{"jid": job_id, "expect": due_at, "nxt": nxt, "last": due_at,
+                                        "done": int(nxt is None)} for job_id, due_at, nxt in items]).rowcount)
 
 
 def set_outcome(conn: Connection, job_id: str, outcome: str) -> None:

@@ -56,7 +56,9 @@ def current_or_create_id(conn: Connection, channel: str, chat_id: str, agent: st
     if session_id is None:  # a new chat, or its dialog was archived or deleted: the slow path
         with Session(bind=conn) as s:
             session_id = get_or_create_current(s, channel, chat_id, agent).id
-            s.flush()
+            # commit, not flush: inside the caller's SAVEPOINT the Session keeps one of its own, which
+            # closing would roll back; otherwise it only flushes (the caller's transaction commits)
+            s.commit()
     return session_id
 
 
