@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
+from picobot.channels.ports import channel_ports
 from picobot.plugins import hookimpl
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ class ChannelsPlugin:
             if self._registry is None:
                 from picobot.channels.registry import ChannelRegistry
 
-                self._registry = ChannelRegistry(ports, ports.plugins.channels(ports.config))
+                self._registry = ChannelRegistry(channel_ports(ports), ports.plugins.channels(ports.config))
             return self._registry
 
     @hookimpl
@@ -96,10 +97,10 @@ class ChannelsPlugin:
         from picobot.channels import outbound
 
         text = turn.partial_text if turn.status == "cancelled" else turn.final_text
-        if not outbound.record_turn(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id,
+        if not outbound.record_turn(conn, channel_ports(ports), turn.channel, turn.chat_id, turn.session_id, turn.turn_id,
                                     turn.status, text, turn.error):
             return None
-        return lambda: outbound.wake(ports, turn.channel, turn.chat_id)
+        return lambda: outbound.wake(channel_ports(ports), turn.channel, turn.chat_id)
 
     @hookimpl
     def picobot_outbox_message(self, conn: "Connection", channel: str, chat_id: str, text: str, kind: str,
@@ -109,7 +110,7 @@ class ChannelsPlugin:
         if not self.registry(ports).external(channel):
             return None
         outbound.record_message(conn, channel, chat_id, text, kind=kind, key=key, session_id=session_id)
-        return lambda: outbound.wake(ports, channel, chat_id)
+        return lambda: outbound.wake(channel_ports(ports), channel, chat_id)
 
     @hookimpl
     def picobot_sweep(self, ports: "Ports") -> None:
@@ -117,6 +118,6 @@ class ChannelsPlugin:
         from picobot.channels import delivery, events
 
         try:
-            delivery.recover(ports)
+            delivery.recover(channel_ports(ports))
         finally:  # one failing never stops the other
-            events.recover(ports)
+            events.recover(channel_ports(ports))

@@ -20,7 +20,7 @@ class BadBlock(ValueError):
     """A content block that cannot be sent to a model; the text says why and how to fix it."""
 
 
-def measure_blocks(blocks: list) -> tuple[int, int]:  # type: ignore[type-arg]
+def measure_blocks(blocks: list) -> tuple[int, int]:
     """(characters of text and http(s) URLs, decoded bytes of data: images); BadBlock when one is invalid."""
     chars = image_bytes = 0
     for block in blocks:

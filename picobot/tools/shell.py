@@ -110,7 +110,8 @@ def kill_process_group(proc: subprocess.Popen[bytes]) -> None:
 
 def _launch_spec(command: str, root: Path, ctx: ToolContext, egress: EgressLink) -> tuple[list[str], dict[str, str]]:
     """argv and environment for the command: plain bash, or bash inside the sandbox."""
-    bash = ctx.settings.get("bash") if isinstance(ctx.settings.get("bash"), dict) else {}
+    bash = ctx.settings.get("bash")
+    bash = bash if isinstance(bash, dict) else {}
     env = command_env(bash.get("env"))
     argv = ["cmd.exe", "/d", "/s", "/c", command] if IS_WINDOWS else ["bash", "-c", command]
     if IS_WINDOWS:
