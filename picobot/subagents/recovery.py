@@ -60,9 +60,9 @@ def _interrupt(rt: "AgentPorts", run: Any) -> int:
         told = bool(run.background) and full is not None and post(
             conn, full, RUN_INTERRUPTED, f"{DEAD_WORKER} before it finished; start it again if it is still needed")
     log.warning("sub-agent run %s interrupted: %s", run.id, DEAD_WORKER)
-    if told:
+    if told and full is not None:
         try:
-            rt.queue.enqueue_turn(full["session_id"])  # type: ignore[index]
+            rt.queue.enqueue_turn(full["session_id"])
         except Exception as exc:  # stored: the session sweep starts it
             log.warning("report of run %s not enqueued (%s)", run.id, type(exc).__name__)
     return 1

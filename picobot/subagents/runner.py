@@ -17,6 +17,7 @@ from picobot.agent.snapshot import TurnController
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import ChatMessage, Usage
 from picobot.plugins.types import StageContext
+from picobot.providers.base import Provider
 from picobot.storage.models import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED
 from picobot.tools.base import Tool, ToolContext
 from picobot.tools.registry import ToolRegistry
@@ -51,7 +52,7 @@ def child_tools(parent: ToolRegistry, allowed: Callable[[Tool], bool], task_tool
     return parent.narrowed(keep, {TASK_TOOL: task_tool} if task_tool is not None else None)
 
 
-def run_child(spec: ChildSpec, provider, tools: ToolRegistry, settings: LoopSettings,  # type: ignore[no-untyped-def]
+def run_child(spec: ChildSpec, provider: Provider, tools: ToolRegistry, settings: LoopSettings,
               ctx: ToolContext, cancel: CancelToken, controller: TurnController, hooks: Any = None,
               parent_stage: StageContext | None = None) -> Outcome:
     """Run the sub-agent until it answers, fails, hits a limit or `cancel` is set."""
