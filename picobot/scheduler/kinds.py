@@ -85,7 +85,7 @@ def _agent_input(rt: "Runtime", job: Any, due_at: float, silent: bool) -> str:
             messages.append(conn, session_id, None, [ChatMessage(
                 role="system", content=str(payload["system_prompt"]), marker=MARKER_SYSTEM_PROMPT)])
     try:
-        rt.queue.enqueue_turn(session_id, queue=QUEUE_SCHEDULED)  # type: ignore[call-arg]
+        rt.queue.enqueue_turn(session_id, queue=QUEUE_SCHEDULED)
     except Exception as exc:  # stored: the sweeper wakes the session once the broker is back
         log.warning("job %s input stored but not enqueued (%s); the sweeper will run it", job.id,
                     type(exc).__name__)
