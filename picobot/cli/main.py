@@ -219,11 +219,9 @@ def cmd_health(args: argparse.Namespace) -> int:
     from picobot.runtime.health import check_health
     from picobot.app import build_runtime
 
-    class _NoQueue:
-        def enqueue_turn(self, session_id: str) -> None:
-            raise RuntimeError("health checks do not enqueue")
+    from picobot.cli.no_queue import NoQueue
 
-    rt = build_runtime(_config(), _NoQueue())
+    rt = build_runtime(_config(), NoQueue("a health check"))
     try:
         report = check_health(rt)
     finally:
