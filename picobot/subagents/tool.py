@@ -83,9 +83,9 @@ class TaskTool(Tool):
         cfg = rt.config
         self.catalog = catalog or SubagentCatalog(cfg.home, cfg.workspace_path(), list(cfg.subagents.sources))
 
-    @property
     # A read-only property where Tool has a plain attribute: mypy is right that assigning it would fail, and
     # nothing assigns a tool's description; the list of agent types must be read fresh on each schema build.
+    @property
     def description(self) -> str:  # type: ignore[override]
         custom = [f"{d.name} ({d.description})" for d in self.catalog.all().values() if d.source != "builtin"]
         listed = "; ".join(custom)
