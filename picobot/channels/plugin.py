@@ -97,8 +97,8 @@ class ChannelsPlugin:
         from picobot.channels import outbound
 
         text = turn.partial_text if turn.status == "cancelled" else turn.final_text
-        if not outbound.record_turn(conn, channel_ports(ports), turn.channel, turn.chat_id, turn.session_id, turn.turn_id,
-                                    turn.status, text, turn.error):
+        if not outbound.record_turn(conn, channel_ports(ports), turn.channel, turn.chat_id, turn.session_id,
+                                    turn.turn_id, turn.status, text, turn.error):
             return None
         return lambda: outbound.wake(channel_ports(ports), turn.channel, turn.chat_id)
 

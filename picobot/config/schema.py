@@ -316,7 +316,8 @@ class TitlesConfig(_Section):
 
 class SubagentsConfig(_Section):
     enabled: bool = True
-    sources: list[Literal["user", "project"]] = Field(default_factory=lambda: list[Literal["user", "project"]](["user", "project"]))
+    sources: list[Literal["user", "project"]] = Field(
+        default_factory=lambda: list[Literal["user", "project"]](["user", "project"]))
     # Limits of every run; a definition's max_execution_secs can only lower timeout_secs.
     max_depth: int = Field(default=2, ge=1, le=8)  # 1: sub-agents cannot delegate further
     max_children_per_turn: int = Field(default=8, ge=1, le=64)  # runs one agent may start in one turn

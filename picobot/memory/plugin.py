@@ -112,7 +112,8 @@ class MemoryPlugin:
         if turn.committed:
             from picobot.memory import compactor
 
-            compactor.schedule_if_needed(memory_ports(ports), turn.session_id, turn.agent, list(turn.history) + list(turn.messages))
+            compactor.schedule_if_needed(memory_ports(ports), turn.session_id, turn.agent,
+                                         list(turn.history) + list(turn.messages))
 
     @hookimpl
     def picobot_internal_event(self, name: str, ports: "Ports") -> bool | None:

@@ -171,7 +171,7 @@ class FallbackStream:
             if self._closed.is_set():
                 stream.close()
                 return
-            if self.idle_timeout is not None and hasattr(stream, "idle_timeout"):  # ours have one; others wait as they do
+            if self.idle_timeout is not None and hasattr(stream, "idle_timeout"):  # ours have one; others: their own
                 stream.idle_timeout = self.idle_timeout
             sent = False
             try:
