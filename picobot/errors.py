@@ -31,6 +31,8 @@ class PicoBotError(Exception):
 
 
 class ConfigError(PicoBotError):
+    problems: list[tuple[str, str]]  # every (key_path, reason) when validation found several (config.loader)
+
     def __init__(self, key_path: str, reason: str):
         self.key_path = key_path
         self.reason = reason
@@ -39,6 +41,7 @@ class ConfigError(PicoBotError):
 
 class ProviderError(PicoBotError):
     retryable = False
+    retry_after: float | None = None  # seconds the server asked to wait (set by providers._common)
 
     def __init__(self, message: str, *, status: int | None = None, provider: str = ""):
         self.status = status

@@ -34,6 +34,10 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class _StderrHandler(logging.StreamHandler):
+    """The root handler setup_logging installs, found again when it runs a second time."""
+
+
 def setup_logging(config: Config, level: str | None = None) -> None:
     """Root handler to stderr with the redacting filter on it (handlers see every logger's records)."""
     level = level or os.environ.get("PICOBOT_LOG_LEVEL", "INFO")
@@ -41,14 +45,13 @@ def setup_logging(config: Config, level: str | None = None) -> None:
     secrets = secret_values(config)
     install_capture(config, RedactingFilter(secrets))  # recent lines to Redis for the Logs page
     for handler in root.handlers:
-        if getattr(handler, "_picobot", False):
-            handler.filters = _filters(config, secrets)
+        if isinstance(handler, _StderrHandler):
+            handler.filters[:] = _filters(config, secrets)
             handler.setFormatter(formatter(log_format(config)))
             return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler(sys.stderr)
     handler.setFormatter(formatter(log_format(config)))  # text, or json (logging.format, PICOBOT_LOG_FORMAT)
-    handler.filters = _filters(config, secrets)
-    handler._picobot = True  # type: ignore[attr-defined]
+    handler.filters[:] = _filters(config, secrets)
     root.addHandler(handler)
     root.setLevel(level.upper())
     for noisy in ("httpx", "httpcore", "openai", "anthropic"):

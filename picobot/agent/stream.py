@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import queue
 from typing import Iterator
 
@@ -10,7 +11,11 @@ from picobot.errors import ProviderUnavailable, TurnCancelled
 from picobot.providers.base import ProviderEvent, ProviderStream
 from picobot.threadpool import pool
 
-_END = object()
+class _End(enum.Enum):  # an enum member, so `item is _END` narrows the queue's item type
+    END = 0
+
+
+_END = _End.END
 
 
 def pump(stream: ProviderStream, cancel: CancelToken, idle_timeout: float) -> Iterator[ProviderEvent]:
@@ -22,7 +27,8 @@ def pump(stream: ProviderStream, cancel: CancelToken, idle_timeout: float) -> It
 
 def _direct(stream: ProviderStream, cancel: CancelToken, idle_timeout: float) -> Iterator[ProviderEvent]:
     """A stream whose close() wakes its consumer (our providers' RetryingStream): no extra thread."""
-    stream.idle_timeout = idle_timeout  # type: ignore[attr-defined]
+    if hasattr(stream, "idle_timeout"):  # our RetryingStream has one; it is what wakes on close
+        stream.idle_timeout = idle_timeout
     unregister = cancel.on_cancel(lambda: _close_quietly(stream))
     try:
         for event in stream:
@@ -39,7 +45,7 @@ def _direct(stream: ProviderStream, cancel: CancelToken, idle_timeout: float) ->
 
 def _threaded(stream: ProviderStream, cancel: CancelToken, idle_timeout: float) -> Iterator[ProviderEvent]:
     """Any other stream: read on a pooled thread, so a blocked read cannot hold up /stop."""
-    q: queue.Queue[object] = queue.Queue()
+    q: queue.Queue[ProviderEvent | BaseException | _End] = queue.Queue()
 
     def reader() -> None:
         try:
@@ -69,7 +75,7 @@ def _threaded(stream: ProviderStream, cancel: CancelToken, idle_timeout: float) 
                 return
             if isinstance(item, BaseException):
                 raise item
-            yield item  # type: ignore[misc]
+            yield item
     finally:
         unregister()
         if cancel.cancelled:

@@ -134,7 +134,8 @@ class Counters:
 
     def settle(self, reservation: Reservation, tokens: int, cost_usd: float) -> None:
         """Replace the estimate by what the call used (0, 0 releases it: the call failed)."""
-        args = [tokens - reservation.tokens, to_micro(cost_usd) - reservation.micro, *reservation.seeds]
+        args: list[int | str] = [tokens - reservation.tokens, to_micro(cost_usd) - reservation.micro,
+                                 *reservation.seeds]
         self._settle(keys=list(reservation.keys), args=args)
 
 

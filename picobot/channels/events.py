@@ -89,6 +89,10 @@ def _process(rt: "ChannelPorts", event_id: int) -> str:
 
 def _submit_all(rt: "ChannelPorts", event_id: int, inputs: list[Any]) -> str:
     from picobot.gateway.intake import Gateway
+    from picobot.runtime.services import Runtime
+
+    if not isinstance(rt, Runtime):  # the gateway runs commands and turns: it needs the whole runtime
+        raise TypeError(f"channel events need the process's runtime, not {type(rt).__name__}")
 
     status = store.IGNORED
     lanes: set[tuple[str, str]] = set()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
+from picobot.channels.ports import channel_ports
 from picobot.plugins import hookimpl
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ class ChannelsPlugin:
             if self._registry is None:
                 from picobot.channels.registry import ChannelRegistry
 
-                self._registry = ChannelRegistry(ports, ports.plugins.channels(ports.config))
+                self._registry = ChannelRegistry(channel_ports(ports), ports.plugins.channels(ports.config))
             return self._registry
 
     @hookimpl
@@ -97,14 +98,15 @@ class ChannelsPlugin:
 
         text = turn.partial_text if turn.status == "cancelled" else turn.final_text
         if turn.spoken:  # the user sees what was heard of their voice message first
-            outbound.record_heard(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id,
-                                  _heard(turn.messages))
-        if not outbound.record_turn(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id,
-                                    turn.status, text, turn.error, media=outbound.answer_media(turn)):
+            outbound.record_heard(conn, channel_ports(ports), turn.channel, turn.chat_id, turn.session_id,
+                                  turn.turn_id, _heard(turn.messages))
+        if not outbound.record_turn(conn, channel_ports(ports), turn.channel, turn.chat_id, turn.session_id,
+                                    turn.turn_id, turn.status, text, turn.error, media=outbound.answer_media(turn)):
             return None
         if turn.spoken and turn.status == "completed":  # the user spoke: the answer is spoken too (if it can be)
-            outbound.record_voice(conn, ports, turn.channel, turn.chat_id, turn.session_id, turn.turn_id, text)
-        return lambda: outbound.wake(ports, turn.channel, turn.chat_id)
+            outbound.record_voice(conn, channel_ports(ports), turn.channel, turn.chat_id, turn.session_id,
+                                  turn.turn_id, text)
+        return lambda: outbound.wake(channel_ports(ports), turn.channel, turn.chat_id)
 
     @hookimpl
     def picobot_outbox_message(self, conn: "Connection", channel: str, chat_id: str, text: str, kind: str,
@@ -116,7 +118,7 @@ class ChannelsPlugin:
             return None
         outbound.record_message(conn, channel, chat_id, text, kind=kind, key=key, session_id=session_id,
                                 buttons=buttons)
-        return lambda: outbound.wake(ports, channel, chat_id)
+        return lambda: outbound.wake(channel_ports(ports), channel, chat_id)
 
     @hookimpl
     def picobot_sweep(self, ports: "Ports") -> None:
@@ -124,9 +126,9 @@ class ChannelsPlugin:
         from picobot.channels import delivery, events
 
         try:
-            delivery.recover(ports)
+            delivery.recover(channel_ports(ports))
         finally:  # one failing never stops the other
-            events.recover(ports)
+            events.recover(channel_ports(ports))
 
 
 def _heard(messages: Any) -> str:

@@ -16,6 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from picobot.cli.no_queue import NoQueue
+
 if TYPE_CHECKING:  # imported when the command runs: every command builds this parser
     from picobot.config import Config
     from picobot.runtime.services import Runtime
@@ -39,11 +41,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-class _NoQueue:
-    def enqueue_turn(self, session_id: str) -> None:
-        raise RuntimeError("`picobot jobs` enqueues no turns")
-
-
 class BadInput(Exception):
     """A file or JSON the command cannot use: one line to stderr, exit 2."""
 
@@ -63,7 +60,7 @@ def run(config: Config, args: argparse.Namespace, queue: Any = None) -> int:
         # worker/commands.py calls run() again with the task queue: an unknown job fails there, exit 2
         return exec_argv([sys.executable, "-m", "worker.commands", "jobs", "run", args.job_id]
                          + (["--json"] if args.json else []))
-    rt = build_runtime(config, queue or _NoQueue(), migrate=True)
+    rt = build_runtime(config, queue or NoQueue("`picobot jobs`"), migrate=True)
     try:
         result = _dispatch(rt, args, data)
     except ToolError as exc:  # JobError (names the field), JobNotFound, JobForbidden

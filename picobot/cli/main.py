@@ -7,6 +7,7 @@ the schema, the storage and the pairing stack would cost most of its time.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -153,7 +154,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from picobot.cli.chat import EXIT_UNAVAILABLE, GatewayUnavailable, connect_paired, run_once, stable_chat_id
 
     for stream in (sys.stdout, sys.stderr):  # text from the gateway may hold what UTF-8 cannot carry
-        stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        if isinstance(stream, io.TextIOWrapper):  # a redirected stream (StringIO, a pipe wrapper) has no reconfigure
+            stream.reconfigure(errors="backslashreplace")
     settings = _client_settings()
     chat_id = args.chat or stable_chat_id(settings.home)
     url = _gateway_url(settings, args.gateway_url)
@@ -219,11 +221,9 @@ def cmd_health(args: argparse.Namespace) -> int:
     from picobot.runtime.health import check_health
     from picobot.app import build_runtime
 
-    class _NoQueue:
-        def enqueue_turn(self, session_id: str) -> None:
-            raise RuntimeError("health checks do not enqueue")
+    from picobot.cli.no_queue import NoQueue
 
-    rt = build_runtime(_config(), _NoQueue())
+    rt = build_runtime(_config(), NoQueue("a health check"))
     try:
         report = check_health(rt)
     finally:

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from picobot.cli.no_queue import NoQueue
+
 if TYPE_CHECKING:  # imported when the command runs: every command builds this parser
     from picobot.config import Config
     from picobot.memory.maintenance import RunReport
@@ -23,19 +25,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-class _NoQueue:
-    def enqueue_turn(self, session_id: str) -> None:
-        raise RuntimeError("memory maintenance enqueues no turns")
-
-    def enqueue_compaction(self, session_id: str, force: bool = False) -> None:
-        raise RuntimeError("memory maintenance enqueues no compactions")
-
-
 def run(config: Config, args: argparse.Namespace) -> int:
     from picobot.memory.maintenance import run_maintenance
     from picobot.app import build_runtime
 
-    rt = build_runtime(config, _NoQueue(), migrate=True)
+    rt = build_runtime(config, NoQueue("memory maintenance"), migrate=True)
     try:
         report = run_maintenance(rt)
     finally:

@@ -358,7 +358,8 @@ def entries(effective: Mapping[str, Any], running: Mapping[str, Any], raw: Mappi
     out = []
     for spec in EDITABLE:
         parts = spec.pattern.split(".")
-        names = [None] if "*" not in parts else sorted(set(effective.get(parts[0]) or {}) | set(running.get(parts[0]) or {}))
+        names: list[str] = [""] if "*" not in parts else sorted(  # "": no wildcard to fill
+            set(effective.get(parts[0]) or {}) | set(running.get(parts[0]) or {}))
         for name in names:
             path = tuple(name if p == "*" else p for p in parts)
             _, value = _lookup(effective, path)

@@ -339,7 +339,7 @@ def _validation_error(
         listing = "\n".join(f"  - {p or '<root>'}: {r}" for p, r in problems)
         # Keep .key_path/.reason about the first problem; the message lists them all.
         error.args = (f"{error}\nall {len(problems)} problems:\n{listing}",)
-    error.problems = problems  # type: ignore[attr-defined]
+    error.problems = problems
     return error
 
 

@@ -282,9 +282,9 @@ class SkillsConfig(_Section):
     enabled: bool = True
     # Lowest priority first: a later source overrides a same-named skill.
     sources: list[SkillSource] = Field(
-        default_factory=lambda: [
+        default_factory=lambda: list[SkillSource]([
             "user", "user_agent", "user_openclaw", "project", "project_agent", "project_openclaw"
-        ]
+        ])
     )
     max_index_chars: int = Field(default=4000, gt=0)
     max_listed_skills: int = Field(default=32, ge=0)
@@ -336,7 +336,8 @@ class TitlesConfig(_Section):
 
 class SubagentsConfig(_Section):
     enabled: bool = True
-    sources: list[Literal["user", "project"]] = Field(default_factory=lambda: ["user", "project"])
+    sources: list[Literal["user", "project"]] = Field(
+        default_factory=lambda: list[Literal["user", "project"]](["user", "project"]))
     # Limits of every run; a definition's max_execution_secs can only lower timeout_secs.
     max_depth: int = Field(default=2, ge=1, le=8)  # 1: sub-agents cannot delegate further
     max_children_per_turn: int = Field(default=8, ge=1, le=64)  # runs one agent may start in one turn
@@ -790,9 +791,9 @@ class Config(_Section):
             self._check_agent_name(f"channels.{key}.agent", channel.agent)
             # a channel type's own keys are its plugin's to check (picobot_config_check, at start)
         for i, job in enumerate(self.scheduler.jobs):
-            name = job.payload.get("agent")
-            if isinstance(name, str):
-                self._check_agent_name(f"scheduler.jobs[{i}].payload.agent", name)
+            job_agent = job.payload.get("agent")
+            if isinstance(job_agent, str):
+                self._check_agent_name(f"scheduler.jobs[{i}].payload.agent", job_agent)
         self._check_titles()
         for name, hook in self.hooks.items():
             if not HOOK_NAME.match(name) or name in HOOK_RESERVED:

@@ -15,7 +15,7 @@ class CancelToken:
     def __init__(self) -> None:
         self._event = threading.Event()
         self._lock = threading.Lock()
-        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks: list[Callable[[], object]] = []
         self.reason = ""
 
     @property
@@ -35,7 +35,7 @@ class CancelToken:
             except Exception:  # a failing callback must not stop the others
                 pass
 
-    def on_cancel(self, fn: Callable[[], None]) -> Callable[[], None]:
+    def on_cancel(self, fn: Callable[[], object]) -> Callable[[], None]:  # fn's result is not used
         """Run fn when cancelled (now, if already); returns a function that unregisters it."""
         with self._lock:
             if not self._event.is_set():

@@ -145,7 +145,7 @@ def _load_with_lines(block: str, path: str | None) -> tuple[dict[str, Any], dict
                               line=where.line + 2 if where is not None else None) from None
     finally:
         loader.dispose()
-    if not isinstance(meta, dict):
+    if node is None or not isinstance(meta, dict):  # no node, no meta
         raise DefinitionError("its frontmatter is not a mapping of 'key: value' lines", path=path)
     lines = {k.value: k.start_mark.line + 2 for k, _ in node.value
              if isinstance(k, yaml.ScalarNode) and isinstance(k.value, str)}

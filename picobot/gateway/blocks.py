@@ -24,7 +24,7 @@ class BadBlock(ValueError):
     """A content block that cannot be sent to a model; the text says why and how to fix it."""
 
 
-def measure_blocks(blocks: list) -> tuple[int, int]:  # type: ignore[type-arg]
+def measure_blocks(blocks: list) -> tuple[int, int]:
     """(characters of text and http(s) URLs, decoded bytes of data: images); BadBlock when one is invalid.
     Audio blocks are checked and counted by `audio_bytes`, not here."""
     chars = image_bytes = 0

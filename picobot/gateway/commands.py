@@ -6,11 +6,11 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from picobot.config.access import agent_for
 from picobot.domain.messages import text_of
-from picobot.plugins.types import StageContext
+from picobot.plugins.types import Command, StageContext
 from picobot.gateway.inbound import InboundMessage, Reply
 from picobot.gateway.limits import RateLimits
 from picobot.gateway.model_commands import cmd_model, cmd_provider, dialog_model
@@ -21,6 +21,8 @@ from picobot.storage import inbound, messages, sessions, turns, usage_report
 from picobot.storage.models import SessionRow
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from picobot.runtime.services import Runtime
 
 log = logging.getLogger("picobot.gateway")
@@ -77,7 +79,7 @@ def handle_command(ctx: CommandContext, text: str) -> Reply:
     return reply
 
 
-def _current(ctx: CommandContext, s) -> SessionRow:  # type: ignore[no-untyped-def]
+def _current(ctx: CommandContext, s: "Session") -> SessionRow:
     return sessions.get_or_create_current(s, ctx.msg.channel, ctx.msg.chat_id, agent_for(ctx.rt.config, ctx.msg.channel))
 
 
@@ -168,16 +170,16 @@ def session_info(rt: "Runtime", row: SessionRow, message_count: int) -> dict:
     model = dialog_model(rt.config, row)
     used = rt.config.models.get((model["model"] or ":").partition(":")[2])
     window = used.context_window_tokens if used is not None else 128000
-    used = row.last_input_tokens or 0
+    tokens = row.last_input_tokens or 0
     return {
         **{k: v for k, v in _describe(row).items()}, **model, "messages": message_count,
         "input_tokens": row.input_tokens, "output_tokens": row.output_tokens,
-        "context_tokens": used, "context_window_tokens": window,
-        "context_used_pct": round(100 * used / window, 1) if window else 0.0,
+        "context_tokens": tokens, "context_window_tokens": window,
+        "context_used_pct": round(100 * tokens / window, 1) if window else 0.0,
     }
 
 
-def compaction_info(rt: "Runtime", s, row: SessionRow, window: int) -> dict:  # type: ignore[no-untyped-def]
+def compaction_info(rt: "Runtime", s: "Session", row: SessionRow, window: int) -> dict[str, Any]:
     """How often the dialog was compacted, when last, whether one runs now, and where it would start."""
     from picobot.runtime.keys import compacting
 
@@ -316,7 +318,7 @@ def help_text(ctx: CommandContext) -> str:
     return HELP if not extra else HELP + "\n" + "\n".join(extra)
 
 
-def _plugin_handler(command) -> Handler:  # type: ignore[no-untyped-def]
+def _plugin_handler(command: Command) -> Handler:
     """A plugin's command as a handler: its answer is text, or {"text", "data"}; a failure is said plainly."""
     def run(ctx: CommandContext, arg: str) -> Reply:
         stage = StageContext(session_id="", channel=ctx.msg.channel, chat_id=ctx.msg.chat_id,

@@ -101,7 +101,10 @@ class CaptureHandler(logging.Handler):
     # --- the shipper thread --------------------------------------------------------------------
 
     def _start(self) -> None:
-        with self.lock:  # an RLock: emit() already holds it
+        lock = self.lock
+        if lock is None:  # Handler.__init__ made it
+            raise RuntimeError("capture handler without its lock")
+        with lock:  # an RLock: emit() already holds it
             if self._pid == os.getpid():
                 return
             # after a fork the parent's thread and connection do not exist here: start afresh
@@ -115,9 +118,13 @@ class CaptureHandler(logging.Handler):
     def _run(self) -> None:
         backoff = 0.0
         while not self._stop.wait(backoff or FLUSH_SECS):
-            backoff = 0.0 if self.flush() else min(MAX_BACKOFF_SECS, max(1.0, backoff * 2))
+            backoff = 0.0 if self._ship_buffered() else min(MAX_BACKOFF_SECS, max(1.0, backoff * 2))
 
-    def flush(self) -> bool:
+    def flush(self) -> None:
+        """Ship what is buffered (logging.Handler's flush: no result; the lines wait for the next try)."""
+        self._ship_buffered()
+
+    def _ship_buffered(self) -> bool:
         """Ship what is buffered; False when Redis could not take it (the lines wait for the next try)."""
         if threading.current_thread() is not self._thread and self._thread is not None and self._thread.is_alive():
             return True  # only the shipper ships while it runs (close() ships the rest after it stops)

@@ -131,5 +131,7 @@ def read(redis: Any, query: LogQuery, redact: Callable[[str], str] | None = None
                     break
         if len(chunk) < CHUNK and (not chunk or last_id == chunk[-1][0]):
             return {"lines": lines, "next_before": None, "scanned": scanned}  # the whole stream was read
+        if last_id is None:  # no entry at all: returned above
+            break
         upper = _older(last_id)
     return {"lines": lines, "next_before": last_id if upper else None, "scanned": scanned}

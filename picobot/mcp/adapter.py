@@ -177,6 +177,7 @@ class Link:
 
     async def _hold(self, ready: concurrent.futures.Future[list[ToolInfo]], timeout: float) -> None:
         from mcp import ClientSession
+        from mcp.shared.message import SessionMessage
 
         self._stop = anyio.Event()
         if self._closing:
@@ -184,7 +185,7 @@ class Link:
         try:
             async with AsyncExitStack() as stack:
                 read, write = await stack.enter_async_context(self._transport(timeout))
-                relay_in, relay_out = anyio.create_memory_object_stream(0)
+                relay_in, relay_out = anyio.create_memory_object_stream[SessionMessage | Exception](0)
                 tasks = await stack.enter_async_context(anyio.create_task_group())
                 tasks.start_soon(self._forward, read, relay_in)
                 session = await stack.enter_async_context(ClientSession(relay_out, write))
@@ -362,7 +363,7 @@ def result_text(result: Any) -> str:
     return "\n".join(parts) if parts else "(no output)"
 
 
-def _connect_failure(exc: Exception, broken: str | None, timeout: float) -> LinkError:
+def _connect_failure(exc: BaseException, broken: str | None, timeout: float) -> LinkError:
     """Why connecting failed. The link's own break reason wins only when the error is the
     "connection closed" it caused: a break recorded while tearing down after a real error is not the cause."""
     from mcp.shared.exceptions import MCPError

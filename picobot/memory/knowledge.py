@@ -7,6 +7,7 @@ comparing every document's mtime and size with what was indexed (a few stat call
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import sqlite3
@@ -85,7 +86,7 @@ class KnowledgeBase:
             doc = self._visible().get(name)
         return None if doc is None else (doc, _read(doc.path))
 
-    def search(self, query: str, limit: int = 5) -> list[KnowledgeHit]:
+    def search(self, query: str, limit: int = 5) -> builtins.list[KnowledgeHit]:
         terms = query_terms(query if isinstance(query, str) else "")
         if not terms:
             return []
@@ -158,7 +159,7 @@ class KnowledgeBase:
 
 
 def _scan(root: Path) -> list[tuple[str, Path, os.stat_result]]:
-    out = []
+    out: list[tuple[str, Path, os.stat_result]] = []
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError:

@@ -176,14 +176,15 @@ def _apply(rt: "MemoryPorts", scope_key: str, shown: plans.Shown, plan: plans.Pl
     seen = {i: m.updated_at for i, m in shown.entries.items()}
     conflicts = [{"ids": c.ids, "note": _plain(c.note)} for c in plan.conflicts]
     merged = len({i for m in merges for i in m.ids}) - len(merges)
-    report = {"classified": plans.class_counts(plan), "merged": merged, "deleted": len(set(plan.low_value)),
+    deleted = len(set(plan.low_value))
+    report = {"classified": plans.class_counts(plan), "merged": merged, "deleted": deleted,
               "conflicts": conflicts}
     with rt.db.begin() as conn:  # StalePlan inside rolls all of it back
         sql.apply_plan(conn, scope_key, seen, merges, plan.low_value)
         sql.save_pass(conn, scope_key, sql.fingerprint(conn, scope_key), _summary(plan, conflicts), report)
     log.info("memory maintenance of %s: %d merged away, %d deleted, %d conflict(s)", scope_key, merged,
-             report["deleted"], len(conflicts))
-    return ScopeResult(scope_key, "maintained", merged, report["deleted"], len(conflicts))
+             deleted, len(conflicts))
+    return ScopeResult(scope_key, "maintained", merged, deleted, len(conflicts))
 
 
 def _summary(plan: plans.Plan, conflicts: list[dict[str, Any]]) -> str:

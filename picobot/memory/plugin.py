@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from picobot.domain.messages import ChatMessage
 from picobot.domain.scope import scope_key_for
 from picobot.errors import ToolError
+from picobot.memory.ports import memory_ports
 from picobot.plugins import hookimpl
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ class MemoryPlugin:
 
         if not compacted or compaction.has_summary(history):
             return []
-        restored = compactor.previous_context(ports, ctx.channel, ctx.sender_id)
+        restored = compactor.previous_context(memory_ports(ports), ctx.channel, ctx.sender_id)
         return [restored] if restored is not None else []
 
     @hookimpl
@@ -98,12 +99,12 @@ class MemoryPlugin:
         """
         from picobot.memory import compaction, compactor
 
-        outcome = compactor.compact_session(ports, ctx.session_id, force=True,
+        outcome = compactor.compact_session(memory_ports(ports), ctx.session_id, force=True,
                                             limit_tokens=compaction.context_limit(error),
                                             keep=compaction.KEEP_USER_TURNS - 1, cancel=cancel)
         if outcome.status not in ("compacted", "lost"):  # lost: another compaction won; its result is stored
             return None
-        return compactor.active_history(ports, ctx.session_id)
+        return compactor.active_history(memory_ports(ports), ctx.session_id)
 
     @hookimpl
     def picobot_turn_finished(self, turn: "TurnView", ports: "Ports") -> None:
@@ -111,7 +112,8 @@ class MemoryPlugin:
         if turn.committed:
             from picobot.memory import compactor
 
-            compactor.schedule_if_needed(ports, turn.session_id, turn.agent, list(turn.history) + list(turn.messages))
+            compactor.schedule_if_needed(memory_ports(ports), turn.session_id, turn.agent,
+                                         list(turn.history) + list(turn.messages))
 
     @hookimpl
     def picobot_internal_event(self, name: str, ports: "Ports") -> bool | None:
@@ -119,5 +121,5 @@ class MemoryPlugin:
             return None
         from picobot.memory.maintenance import run_maintenance
 
-        run_maintenance(ports)
+        run_maintenance(memory_ports(ports))
         return True

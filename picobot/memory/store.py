@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import time
 import uuid
 from typing import Any
@@ -145,17 +146,17 @@ class MemoryStore:
         with self.db.connect() as conn:
             return conn.execute(_HAS_CATEGORY, {"scope_key": scope_key, "category": category}).first() is not None
 
-    def scopes(self, limit: int = 500) -> list[dict[str, Any]]:
+    def scopes(self, limit: int = 500) -> builtins.list[dict[str, Any]]:
         with self.db.connect() as conn:
             return [dict(r) for r in conn.execute(_SCOPES, {"limit": limit}).mappings()]
 
-    def namespaces(self, scope_key: str) -> list[dict[str, Any]]:
+    def namespaces(self, scope_key: str) -> builtins.list[dict[str, Any]]:
         with self.db.connect() as conn:
             return [dict(r) for r in conn.execute(_NAMESPACES, {"scope_key": scope_key}).mappings()]
 
     def search(self, scope_key: str, query: str, *, namespace: str | None = None, category: str | None = None,
                since: float | None = None, until: float | None = None, session_id: str | None = None,
-               limit: int = 10, like_fallback: bool = True) -> list[MemoryHit]:
+               limit: int = 10, like_fallback: bool = True) -> builtins.list[MemoryHit]:
         """Best matches first (see picobot.memory.ranking); full-text, then LIKE when that finds nothing."""
         query = query if isinstance(query, str) else ""
         query = query[:MAX_QUERY_CHARS].encode("utf-8", "replace").decode("utf-8").replace("\x00", " ").strip()
@@ -174,7 +175,7 @@ class MemoryStore:
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _full_text(self, conn: Connection, query: str, params: dict[str, Any]) -> list[MemoryHit]:
+    def _full_text(self, conn: Connection, query: str, params: dict[str, Any]) -> builtins.list[MemoryHit]:
         terms = query_terms(query)
         if not terms:
             return []
@@ -189,7 +190,7 @@ class MemoryStore:
         rels = ranking.relevances([float(r["rank"]) for r in rows], higher_is_better)
         return [_hit(r, rel, "fts") for r, rel in zip(rows, rels)]
 
-    def _like(self, conn: Connection, query: str, params: dict[str, Any]) -> list[MemoryHit]:
+    def _like(self, conn: Connection, query: str, params: dict[str, Any]) -> builtins.list[MemoryHit]:
         pattern = "%" + query.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"
         statement = _LIKE["LIKE" if self.db.is_sqlite else "ILIKE"]
         return [_hit(r, 1.0, "like") for r in conn.execute(statement, {**params, "pattern": pattern}).mappings()]
@@ -212,7 +213,10 @@ class MemoryStore:
         src = _source_values(source)
         if row is None:
             fields = {**values, **src, "scope": "user", "search_text": search, "created_at": now, "updated_at": now}
-            new_id = conn.execute(_INSERT, fields).inserted_primary_key[0]
+            key = conn.execute(_INSERT, fields).inserted_primary_key
+            if key is None:  # a single-row INSERT always reports its key
+                raise RuntimeError("memory insert returned no primary key")
+            new_id = key[0]
             return _memory({**fields, "id": new_id})
         changes = {**values, **src, "search_text": search, "updated_at": now}
         conn.execute(_UPDATE, {**changes, "row_id": row["id"]})

@@ -43,6 +43,8 @@ class JsonLinesSpanExporter(SpanExporter):
 
 def span_dict(span: ReadableSpan) -> dict[str, Any]:
     ctx = span.get_span_context()
+    if ctx is None:  # the SDK gives every span it exports one
+        raise ValueError(f"span {span.name!r} has no context")
     parent = span.parent
     return {
         "trace_id": format(ctx.trace_id, "032x"), "span_id": format(ctx.span_id, "016x"),

@@ -255,7 +255,7 @@ def _literal(t: Any) -> dict[str, Any]:
     if None in kinds:
         raise _Unsupported(t)
     schema: dict[str, Any] = {"enum": values}
-    named = sorted(set(kinds) - {"null"})
+    named = sorted({k for k in kinds if k is not None} - {"null"})  # None was refused above
     if len(named) == 1:
         schema["type"] = named[0] if "null" not in kinds else [named[0], "null"]
     return schema

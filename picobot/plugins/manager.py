@@ -15,6 +15,7 @@ lookup: each hook's implementations are cached until a plugin is added or remove
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -134,7 +135,7 @@ class PluginHost:
         for ep in discovery.entry_points():
             self._load(ep.name, "entry_point", ep.load, discovery.dist_version(ep), disabled)
         for path in discovery.home_files(Path(self.config.home) / "plugins"):
-            self._load(path.stem, "file", lambda p=path: discovery.load_file(p), None, disabled)
+            self._load(path.stem, "file", functools.partial(discovery.load_file, path), None, disabled)
 
     def _load(self, name: str, source: str, load: Callable[[], Any], version: str | None,
               disabled: set[str]) -> None:

@@ -100,12 +100,12 @@ class Deny:
 class Command:
     """A slash command contributed by `picobot_commands`: `/name args` calls `handler(ctx, args)`.
 
-    The handler returns the reply text. `ctx` is a `StageContext` (turn_id empty).
+    The handler returns the reply text, or {"text": ..., "data": {...}}. `ctx` is a `StageContext` (turn_id empty).
     """
 
     name: str
     description: str
-    handler: Callable[[StageContext, str], str]
+    handler: Callable[[StageContext, str], str | dict[str, Any]]
 
 
 AfterCommit = Callable[[], None]

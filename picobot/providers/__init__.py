@@ -17,21 +17,34 @@ from picobot.providers.openai_provider import OpenAIProvider
 class ProviderConfig(Protocol):
     """What build_provider reads from a provider's config entry."""
 
-    type: str
-    base_url: str | None
-    api_key: str | None
-    extra_headers: dict[str, str]
-    llm_timeout_secs: float
-    max_retries: int
+    # read-only: the config's own fields may be narrower (type is a Literal there)
+    @property
+    def type(self) -> str: ...
+    @property
+    def base_url(self) -> str | None: ...
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def extra_headers(self) -> dict[str, str]: ...
+    @property
+    def llm_timeout_secs(self) -> float: ...
+    @property
+    def max_retries(self) -> int: ...
 
 
-PROVIDER_TYPES: dict[str, type] = {}
+class ProviderType(Protocol):
+    """A provider class as registered: it builds its provider from a config entry."""
+
+    def from_config(self, key: str, cfg: ProviderConfig) -> Provider: ...
 
 
-def register_provider_type(name: str, cls: type) -> None:
+PROVIDER_TYPES: dict[str, ProviderType] = {}
+
+
+def register_provider_type(name: str, cls: ProviderType) -> None:
     """Make `cls` (with a `from_config(key, cfg)` classmethod) available as provider type `name`."""
     if not callable(getattr(cls, "from_config", None)):
-        raise TypeError(f"provider type {name!r}: {cls.__name__} has no from_config(key, cfg)")
+        raise TypeError(f"provider type {name!r}: {getattr(cls, '__name__', cls)} has no from_config(key, cfg)")
     PROVIDER_TYPES[name] = cls
 
 
@@ -41,8 +54,7 @@ def build_provider(key: str, cfg: ProviderConfig) -> Provider:
     if cls is None:
         known = ", ".join(sorted(PROVIDER_TYPES))
         raise ConfigError(f"providers.{key}.type", f"unknown provider type {cfg.type!r} (known: {known})")
-    provider: Provider = cls.from_config(key, cfg)  # type: ignore[attr-defined]
-    return provider
+    return cls.from_config(key, cfg)
 
 
 register_provider_type("openai", OpenAIProvider)

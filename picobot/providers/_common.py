@@ -87,7 +87,7 @@ def error_for_status(
     else:
         cls = ProviderBadRequest
     err = cls(text, status=status if status >= 400 else None, provider=provider)
-    err.retry_after = retry_after  # type: ignore[attr-defined]  # read by RetryingStream
+    err.retry_after = retry_after  # read by RetryingStream
     return err
 
 

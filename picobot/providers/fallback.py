@@ -171,8 +171,8 @@ class FallbackStream:
             if self._closed.is_set():
                 stream.close()
                 return
-            if self.idle_timeout is not None:
-                stream.idle_timeout = self.idle_timeout  # type: ignore[attr-defined]
+            if self.idle_timeout is not None and hasattr(stream, "idle_timeout"):  # ours have one; others: their own
+                stream.idle_timeout = self.idle_timeout
             sent = False
             try:
                 for event in stream:

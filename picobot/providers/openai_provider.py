@@ -122,7 +122,7 @@ def _draining_stream_class(openai: Any) -> Any:
     T = TypeVar("T")
 
     class DrainingStream(openai.Stream[T], Generic[T]):
-        def _iter_events(self):  # type: ignore[no-untyped-def]
+        def _iter_events(self) -> Iterator[Any]:  # the SDK's ServerSentEvents
             events = super()._iter_events()
             for sse in events:
                 if sse.data.startswith("[DONE]"):

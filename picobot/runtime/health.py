@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from picobot.runtime import keys
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 REDBEAT_LOCK_KEY = "redbeat::lock"
 
 
-def _check(fn) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def _check(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         return fn()
     except Exception as exc:  # a failing dependency is a result here, not an error

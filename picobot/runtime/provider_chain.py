@@ -10,10 +10,10 @@ from picobot.providers.base import Provider
 from picobot.providers.fallback import BreakerSettings, ChainEntry, CircuitBreakers, FallbackProvider
 
 if TYPE_CHECKING:
-    from picobot.runtime.services import Runtime
+    from picobot.runtime.ports import AgentPorts
 
 
-def breakers(rt: "Runtime") -> CircuitBreakers:
+def breakers(rt: "AgentPorts") -> CircuitBreakers:
     """The circuit breakers of every configured provider, kept in Redis (shared by all processes)."""
     def settings(key: str) -> BreakerSettings:
         cfg = rt.config.providers.get(key)
@@ -22,7 +22,7 @@ def breakers(rt: "Runtime") -> CircuitBreakers:
     return CircuitBreakers(rt.redis, settings)
 
 
-def agent_provider(rt: "Runtime", resolved: ResolvedAgent) -> Provider:
+def agent_provider(rt: "AgentPorts", resolved: ResolvedAgent) -> Provider:
     """The provider a turn calls: the agent's model (or its dialog's `/model` choice), then its `fallback`.
 
     Without fallback entries other than that first pair it is the plain provider; each pair is tried once.

@@ -92,7 +92,7 @@ def fire(rt: "Ports", job_id: str, due_at: float | None, manual: bool = False) -
     return _run(rt, job, run_id, due_at)
 
 
-def _run(rt: "Ports", job, run_id: int, due_at: float) -> str:  # type: ignore[no-untyped-def]
+def _run(rt: "Ports", job: Any, run_id: int, due_at: float) -> str:  # job: a job_view
     from picobot.scheduler import kinds
     from picobot.storage import jobs as store
 
@@ -104,7 +104,8 @@ def _run(rt: "Ports", job, run_id: int, due_at: float) -> str:  # type: ignore[n
         outcome, error, session_id = "failed", f"{type(exc).__name__}: {exc}"[:2000], None
     with rt.db.begin() as conn:
         if outcome == "running":
-            store.set_run_session(conn, run_id, session_id)  # type: ignore[arg-type]
+            if session_id is not None:  # kinds.run names the session it started
+                store.set_run_session(conn, run_id, session_id)
         else:
             end_run(conn, run_id, outcome, error)
     rt.redis.delete(RUN_KEY + str(run_id))
@@ -130,7 +131,7 @@ def on_turn_finished(rt: "Ports", pmids: list[str], turn_id: str, status: str, e
             run = store.run_for(conn, job_id, due_at)
             changed = run is not None and end_run(conn, run["id"], outcome, why, turn_id=turn_id or None)
             job = job_view(store.get(conn, job_id))
-            if changed and outcome == BUDGET_EXCEEDED:  # told once a UTC day, not at every fire
+            if changed and run is not None and outcome == BUDGET_EXCEEDED:  # told once a UTC day, not at every fire
                 first_today = not store.other_runs_with(conn, job_id, outcome, _utc_midnight(), run["id"])
         if first_today and job is not None:
             kinds.notify_budget(rt, job, why or "", due_at)
@@ -155,5 +156,6 @@ def end_run(conn: Connection, run_id: int, outcome: str, error: str | None, turn
                            .values(**values)).rowcount
     if changed:
         job_id = conn.execute(select(store.RUNS.c.job_id).where(store.RUNS.c.id == run_id)).scalar()
-        store.set_outcome(conn, job_id, outcome)
+        if job_id is not None:  # the run updated just above, in this transaction
+            store.set_outcome(conn, job_id, outcome)
     return bool(changed)

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from picobot.config.schema import Config, JobConfig
 from picobot.domain.scope import SOCKET_CHANNELS
@@ -105,7 +106,7 @@ def _child(path: str, key: str) -> str:
     return f"{path or 'job'}[{shown}]"
 
 
-def _field_of(err: dict[str, Any]) -> str:
+def _field_of(err: ErrorDetails) -> str:
     loc = [str(p) for p in err.get("loc", ())]
     if len(loc) >= 2 and loc[0] == "schedule" and loc[1] in ("delay", "interval", "at", "cron"):
         del loc[1]  # the discriminator's tag
@@ -188,8 +189,8 @@ def _check_schedule(schedule: dict, cfg: JobConfig, config: Config, tz: str, now
             raise JobError("schedule.seconds", f"{seconds} s is under the scheduler tick ({tick} ms)")
         if seconds > MAX_SECONDS:
             raise JobError("schedule.seconds", "at most ten years")
-    elif kind == "at":
-        at = cfg.schedule.at  # type: ignore[union-attr]
+    elif cfg.schedule.type == "at":  # the same tag as `kind`, on the model: narrows its type
+        at = cfg.schedule.at
         instant = at.timestamp() if at.tzinfo else parse_at(at, tz)
         if instant <= now:
             raise JobError("schedule.at", f"{schedule['at']} is in the past")

@@ -69,7 +69,7 @@ def _agent_input(rt: "Runtime", job: Any, due_at: float, silent: bool) -> str:
     with rt.db.begin() as conn:
         session_id = store_input(rt, conn, job, due_at)
     try:
-        rt.queue.enqueue_turn(session_id, queue=QUEUE_SCHEDULED)  # type: ignore[call-arg]
+        rt.queue.enqueue_turn(session_id, queue=QUEUE_SCHEDULED)
     except Exception as exc:  # stored: the sweeper wakes the session once the broker is back
         log.warning("job %s input stored but not enqueued (%s); the sweeper will run it", job.id,
                     type(exc).__name__)

@@ -131,9 +131,9 @@ class JobService:
             if row["state"] == "completed":
                 raise JobError("state", "the job has completed; put it again to reschedule")
             store.set_state(conn, job_id, "paused")
-            row = store.get(conn, job_id)
+            row = self._visible(conn, actor, job_id)  # as just written
         self._push(job_id)
-        return self.view(row)  # type: ignore[arg-type]
+        return self.view(row)
 
     def resume(self, actor: Actor, job_id: str) -> dict[str, Any]:
         now = time.time()
@@ -143,9 +143,9 @@ class JobService:
             if nxt is None:
                 raise JobError("state", "a one-shot job whose time has passed cannot resume; put it again")
             store.set_state(conn, job_id, "active", next_due_at=nxt, now=now)
-            row = store.get(conn, job_id)
+            row = self._visible(conn, actor, job_id)  # as just written
         self._push(job_id)
-        return self.view(row)  # type: ignore[arg-type]
+        return self.view(row)
 
     def run_now(self, actor: Actor, job_id: str) -> dict[str, Any]:
         """Fire the job once now (due_at = now) through the queue; its schedule is unchanged."""

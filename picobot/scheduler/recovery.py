@@ -63,7 +63,7 @@ def settle_stale_runs(rt: "Ports", now: float | None = None) -> int:
             settled += 1
             continue
         worker = rt.redis.get(RUN_KEY + str(run.id))
-        if worker and worker_turns(rt.redis, worker) is not None:
+        if isinstance(worker, str) and worker and worker_turns(rt.redis, worker) is not None:
             continue  # its worker is alive and still at it
         with rt.db.begin() as conn:
             settled += int(end_run(conn, run.id, "failed", WORKER_STOPPED))

@@ -115,8 +115,8 @@ def _amount(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             n = int(seconds // size)
             return f"{unit}" if n == 1 else f"{n} {unit}s"
-    n = int(seconds) if float(seconds).is_integer() else seconds
-    return "second" if n == 1 else f"{n} seconds"
+    shown = int(seconds) if float(seconds).is_integer() else seconds
+    return "second" if shown == 1 else f"{shown} seconds"
 
 
 def _names(values: set[int] | frozenset[int], names: tuple[str, ...], offset: int) -> str:

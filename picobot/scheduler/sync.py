@@ -120,10 +120,11 @@ def rebuild(rt: "Ports") -> dict[str, int]:
         for job_id, job in active.items():
             due = float(job.next_due_at)
             if now - due > LATE_OK_SECS:
-                due = _misfire(rt, job, now, default_tz, stats)
-                if due is None:
+                rescheduled = _misfire(rt, job, now, default_tz, stats)
+                if rescheduled is None:
                     entries.delete(pipe, job_id)
                     continue
+                due = rescheduled
             score = live.get(job_id)
             if score is not None and abs(score - due) < 1e-6:
                 continue

@@ -23,7 +23,11 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+if TYPE_CHECKING:  # imported when a proxy is needed (socket_for)
+    from picobot.security.egress import EgressProxy
+    from picobot.security.netpolicy import NetworkPolicy
 
 AUTO, BWRAP, NONE = "auto", "bwrap", "none"
 _SYSTEM_DIRS = ("/usr", "/etc")
@@ -241,7 +245,7 @@ class EgressLink:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._proxies: dict[object, tuple[object, str]] = {}
+        self._proxies: dict[str, tuple[EgressProxy, str]] = {}
 
     def socket_for(self, settings: Mapping[str, Any]) -> str | None:
         """The Unix socket of a running proxy enforcing settings' network policy, or None."""
@@ -258,7 +262,7 @@ class EgressLink:
             return self._proxies[key][1]
 
     @staticmethod
-    def _start(proxy_cls: Any, policy: object) -> tuple[object, str]:
+    def _start(proxy_cls: type[EgressProxy], policy: NetworkPolicy) -> tuple[EgressProxy, str]:
         # A private folder: the socket is bound into sandboxes, and nobody else should use it.
         folder = tempfile.mkdtemp(prefix="picobot-egress-")
         path = os.path.join(folder, "proxy.sock")
@@ -270,6 +274,6 @@ class EgressLink:
     def close(self) -> None:
         with self._lock:
             for proxy, path in self._proxies.values():
-                proxy.stop()  # type: ignore[attr-defined]
+                proxy.stop()
                 shutil.rmtree(os.path.dirname(path), ignore_errors=True)
             self._proxies.clear()

@@ -13,9 +13,11 @@ MAX_LINE_CHARS = 300
 MIN_LINE_CHARS = 40
 
 
-class _Listed(Protocol):
-    name: str
-    description: str
+class _Listed(Protocol):  # read-only: a Skill is a frozen dataclass
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
 
 
 def build_index(skills: Sequence[_Listed], max_chars: int, max_listed: int) -> str:

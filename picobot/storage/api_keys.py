@@ -5,9 +5,9 @@ The plaintext of a key never reaches this module; picobot.apikeys hashes first.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, CursorResult, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from picobot.storage.models import ApiKeyRow
@@ -47,6 +47,8 @@ def list_keys(s: Session, include_revoked: bool = False) -> list[ApiKeyRow]:
 
 
 def revoke(s: Session, name: str, now: float) -> bool:
-    result = s.execute(update(ApiKeyRow).where(ApiKeyRow.name == name, ApiKeyRow.revoked_at.is_(None))
-                       .values(revoked_at=now))
+    # Session.execute is typed as returning a Result; for DML it is a CursorResult, the one with rowcount
+    result = cast(CursorResult[Any], s.execute(update(ApiKeyRow).where(ApiKeyRow.name == name,
+                                                                       ApiKeyRow.revoked_at.is_(None))
+                                              .values(revoked_at=now)))
     return (result.rowcount or 0) >= 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Iterator
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 
@@ -17,7 +19,7 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
     engine = create_engine(url, pool_size=8, max_overflow=200, pool_timeout=60)
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    def _on_connect(dbapi_conn: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (below)
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
@@ -27,7 +29,7 @@ def _sqlite_engine(url: str, immediate: bool) -> Engine:
         cur.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(conn) -> None:  # type: ignore[no-untyped-def]
+    def _on_begin(conn: Connection) -> None:
         # Writers take the write lock up front so they wait on busy_timeout instead of
         # failing on a lock upgrade; readers use a deferred (snapshot) transaction.
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")

@@ -8,6 +8,7 @@ Connection (from `db.begin()` / `db.connect()`) or an ORM Session's `.connection
 from __future__ import annotations
 
 import time
+from types import EllipsisType
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, case, delete, func, select, update
@@ -44,7 +45,10 @@ def upsert(conn: Connection, values: dict[str, Any], *, now: float | None = None
     else:
         conn.execute(update(JOBS).where(JOBS.c.id == values["id"])
                      .values(**values, updated_at=now, version=old["version"] + 1))
-    return get(conn, values["id"])  # type: ignore[return-value]
+    row = get(conn, values["id"])
+    if row is None:  # written above in this same transaction
+        raise RuntimeError(f"job {values['id']!r} vanished while being written")
+    return row
 
 
 def get(conn: Connection, job_id: str, *, for_update: bool = False) -> dict[str, Any] | None:
@@ -83,7 +87,7 @@ def delete_job(conn: Connection, job_id: str, *, keep_runs: bool = False) -> boo
     return bool(gone)
 
 
-def set_state(conn: Connection, job_id: str, state: str, *, next_due_at: float | None | type = ...,
+def set_state(conn: Connection, job_id: str, state: str, *, next_due_at: float | None | EllipsisType = ...,
               now: float | None = None) -> bool:
     """Set a job's state (and next_due_at when given); bumps `version`. False when no such job."""
     values: dict[str, Any] = {"state": state, "updated_at": time.time() if now is None else now,
@@ -94,7 +98,7 @@ def set_state(conn: Connection, job_id: str, state: str, *, next_due_at: float |
 
 
 def set_next_due(conn: Connection, job_id: str, next_due_at: float | None, *, last_due_at: float | None = None,
-                 completed: bool = False, expect_next: float | None | type = ...) -> bool:
+                 completed: bool = False, expect_next: float | None | EllipsisType = ...) -> bool:
     """Advance a job's schedule (not a user edit: `version` stays). `completed` ends a one-shot.
     `expect_next`: only when next_due_at is still that value (compare-and-set); False otherwise."""
     values: dict[str, Any] = {"next_due_at": next_due_at}

@@ -119,7 +119,10 @@ def _write_merge(conn: Connection, scope_key: str, merge: MergeWrite, holder: in
         return int(holder)
     row = {**values, "scope": "user", "scope_key": scope_key, "namespace": merge.namespace,
            "memory_key": merge.key, "created_at": now}
-    return int(conn.execute(_INSERT, row).inserted_primary_key[0])
+    key = conn.execute(_INSERT, row).inserted_primary_key
+    if key is None:  # only an INSERT … RETURNING-less executemany lacks one; this is a single row
+        raise RuntimeError("memory insert returned no primary key")
+    return int(key[0])
 
 
 def save_pass(conn: Connection, scope_key: str, seen: str | None, summary: str, report: dict[str, Any]) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import (JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Table, Text,
+                        UniqueConstraint, text)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Row states. StrEnum members are their str values, so SQL rows and JSON hold the same text as
@@ -94,6 +95,9 @@ Id = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrement needs 
 
 class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    # Every row class here is declared with columns, so its __table__ is a Table (insert(), .c, keys for
+    # Upsert), not the bare FromClause DeclarativeBase promises for imperative mappings.
+    __table__: ClassVar[Table]
 
 
 class SessionRow(Base):

@@ -5,12 +5,17 @@ The plaintext of a code or a token never reaches this module; picobot.pairing ha
 
 from __future__ import annotations
 
-from sqlalchemy import delete, or_, select, update
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from picobot.storage.models import DeviceTokenRow, PairingCodeRow
 
 USED_CODE_KEEP_SECS = 24 * 3600  # a used code's hash lingers a day, then goes
+
+# Session.execute is typed as returning a Result; for DML it is a CursorResult, the one with rowcount.
+_Dml = CursorResult[Any]
 
 
 def add_code(s: Session, code_hash: str, now: float, ttl: float) -> None:
@@ -18,21 +23,21 @@ def add_code(s: Session, code_hash: str, now: float, ttl: float) -> None:
 
 
 def purge_codes(s: Session, now: float) -> int:
-    result = s.execute(delete(PairingCodeRow).where(or_(
+    result = cast(_Dml, s.execute(delete(PairingCodeRow).where(or_(
         PairingCodeRow.expires_at < now - USED_CODE_KEEP_SECS,
         PairingCodeRow.used_at < now - USED_CODE_KEEP_SECS,
-    )))
+    ))))
     return result.rowcount or 0
 
 
 def consume_code(s: Session, code_hash: str, now: float) -> bool:
     """Mark an unused, unexpired code used. One UPDATE, so two racing redeems cannot both win."""
-    result = s.execute(
+    result = cast(_Dml, s.execute(
         update(PairingCodeRow)
         .where(PairingCodeRow.code_hash == code_hash, PairingCodeRow.used_at.is_(None),
                PairingCodeRow.expires_at > now)
         .values(used_at=now)
-    )
+    ))
     return result.rowcount == 1
 
 
@@ -61,7 +66,7 @@ def list_devices(s: Session, include_revoked: bool = False) -> list[DeviceTokenR
 
 
 def revoke(s: Session, device_id: str, now: float) -> bool:
-    result = s.execute(update(DeviceTokenRow)
-                       .where(DeviceTokenRow.id == device_id, DeviceTokenRow.revoked_at.is_(None))
-                       .values(revoked_at=now))
+    result = cast(_Dml, s.execute(update(DeviceTokenRow)
+                                  .where(DeviceTokenRow.id == device_id, DeviceTokenRow.revoked_at.is_(None))
+                                  .values(revoked_at=now)))
     return result.rowcount == 1

@@ -63,7 +63,8 @@ def _execute(rt: "AgentPorts", run: dict[str, Any]) -> Outcome:
     parent = run["definition"]["run"]
     names = set(parent["tools"])  # as admitted: what the parent had then, narrowed; never more now
     root = rt.tools().get(TASK_TOOL)  # background runs are started by the main agent only (depth 0)
-    task_tool = root.for_child(run["id"]) if TASK_TOOL in names and hasattr(root, "for_child") else None
+    task_tool = (root.for_child(run["id"])
+                 if TASK_TOOL in names and root is not None and hasattr(root, "for_child") else None)
     tools = child_tools(rt.tools(), lambda t: t.name in names, task_tool)
     cancel = CancelToken()
     poller = StopPoller(rt.redis, run["id"], cancel)

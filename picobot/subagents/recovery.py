@@ -64,9 +64,9 @@ def _interrupt(rt: "AgentPorts", run: Any) -> int:
     if full is not None:
         report_run(rt, run.id, full["session_id"], RUN_INTERRUPTED, DEAD_WORKER, full["subagent_type"],
                    full["description"], (full["definition"] or {}).get("plan_item_id"))
-    if told:
+    if told and full is not None:
         try:
-            rt.queue.enqueue_turn(full["session_id"])  # type: ignore[index]
+            rt.queue.enqueue_turn(full["session_id"])
         except Exception as exc:  # stored: the session sweep starts it
             log.warning("report of run %s not enqueued (%s)", run.id, type(exc).__name__)
     return 1

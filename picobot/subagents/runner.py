@@ -17,6 +17,7 @@ from picobot.agent.snapshot import TurnController
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import ChatMessage, Usage
 from picobot.plugins.types import StageContext, SubagentRunView
+from picobot.providers.base import Provider
 from picobot.storage.models import RUN_CANCELLED, RUN_COMPLETED, RUN_FAILED
 from picobot.tools.base import Tool, ToolContext
 from picobot.tools.registry import ToolRegistry
@@ -61,7 +62,7 @@ def report_run(rt: Any, run_id: str, session_id: str, status: str, text: str = "
     rt.plugins.call("picobot_subagent_run", run=view, ports=rt)
 
 
-def run_child(spec: ChildSpec, provider, tools: ToolRegistry, settings: LoopSettings,  # type: ignore[no-untyped-def]
+def run_child(spec: ChildSpec, provider: Provider, tools: ToolRegistry, settings: LoopSettings,
               ctx: ToolContext, cancel: CancelToken, controller: TurnController, hooks: Any = None,
               parent_stage: StageContext | None = None) -> Outcome:
     """Run the sub-agent until it answers, fails, hits a limit or `cancel` is set."""

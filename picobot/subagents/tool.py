@@ -29,6 +29,7 @@ from picobot.subagents.definitions import GENERAL, Definition
 from picobot.subagents.manage import manage
 from picobot.subagents.runner import TASK_TOOL, ChildSpec, Outcome, child_tools, report_run, run_child
 from picobot.tools.base import RunningAgent, Tool, ToolContext
+from picobot.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
     from picobot.config.schema import ResolvedAgent
@@ -85,6 +86,8 @@ class TaskTool(Tool):
         cfg = rt.config
         self.catalog = catalog or SubagentCatalog(cfg.home, cfg.workspace_path(), list(cfg.subagents.sources))
 
+    # A read-only property where Tool has a plain attribute: mypy is right that assigning it would fail, and
+    # nothing assigns a tool's description; the list of agent types must be read fresh on each schema build.
     @property
     def description(self) -> str:  # type: ignore[override]
         custom = [f"{d.name} ({d.description})" for d in self.catalog.all().values() if d.source != "builtin"]
@@ -152,7 +155,8 @@ class TaskTool(Tool):
         except ConfigError as exc:
             raise ToolError(f"Not started: agent {name!r} cannot run: {exc.reason}") from None
 
-    def _prepare_agent(self, req: _Request, target: "ResolvedAgent", ctx: ToolContext):  # type: ignore[no-untyped-def]
+    def _prepare_agent(self, req: _Request, target: "ResolvedAgent",
+                       ctx: ToolContext) -> tuple[NewRun, ChildSpec, ToolRegistry, ToolContext]:
         cfg = self.rt.config.subagents
         run_id = uuid.uuid4().hex
         depth = self.depth + 1
@@ -182,7 +186,8 @@ class TaskTool(Tool):
 
     # --- preparing a run ------------------------------------------------------------------
 
-    def _prepare(self, req: _Request, definition: Definition, parent: RunningAgent, ctx: ToolContext):  # type: ignore[no-untyped-def]
+    def _prepare(self, req: _Request, definition: Definition, parent: RunningAgent,
+                 ctx: ToolContext) -> tuple[NewRun, ChildSpec, ToolRegistry]:
         cfg = self.rt.config.subagents
         run_id = uuid.uuid4().hex
         depth = self.depth + 1

@@ -116,7 +116,8 @@ def launch_spec(argv: list[str], root: Path, ctx: ToolContext, egress: EgressLin
                 overrides: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """argv and environment for a command run by a tool under `bash`'s rules: the allowlisted
     environment (plus `tools.bash.env`, then `overrides`), inside the sandbox when it is on."""
-    bash = ctx.settings.get("bash") if isinstance(ctx.settings.get("bash"), dict) else {}
+    bash = ctx.settings.get("bash")
+    bash = bash if isinstance(bash, dict) else {}
     env = command_env(bash.get("env"), overrides=overrides)
     if IS_WINDOWS:
         return argv, env

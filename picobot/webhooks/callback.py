@@ -98,6 +98,6 @@ def _retry(ports: "Ports", run_id: str, attempts: int, max_attempts: int, error:
 def enqueue(ports: "Ports", run_id: str, countdown: float = 0) -> None:
     """Ask a worker for the attempt; a lost enqueue is found by the sweeper once the run is due."""
     try:
-        ports.queue.enqueue_hook_callback(run_id, countdown=countdown)  # type: ignore[attr-defined]
+        ports.queue.enqueue_hook_callback(run_id, countdown=countdown)
     except Exception as exc:
         log.warning("hook run %s: callback not enqueued (%s); the sweeper will send it", run_id, type(exc).__name__)

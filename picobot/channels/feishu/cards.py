@@ -132,7 +132,8 @@ class _Splitter:
 
     def _start_part(self) -> None:
         self.prefix = self.fence.open_line + "\n" if self.fence.open_line else ""
-        self.body, self.chars, self.bytes = [], 0, 0
+        self.body: list[str] = []
+        self.chars, self.bytes = 0, 0
 
     def _fits(self, chars: int, nbytes: int) -> bool:
         return self.chars + chars <= self.char_budget and self.bytes + nbytes <= self.byte_budget

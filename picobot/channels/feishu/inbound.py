@@ -39,16 +39,22 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._\-\u4e00-\u9fff]+")
 def to_inbound(event: dict[str, Any], cfg: FeishuConfig, api: Any, bot_open_id: str | None, media_dir: Path,
                channel: str = "feishu") -> list[InboundMessage]:
     """The inputs of one event ([] = ignore it; the reason is logged)."""
-    body = event.get("event") if isinstance(event.get("event"), dict) else {}
-    header = event.get("header") if isinstance(event.get("header"), dict) else {}
+    body = event.get("event")
+    body = body if isinstance(body, dict) else {}
+    header = event.get("header")
+    header = header if isinstance(header, dict) else {}
     if header.get("event_type") == "card.action.trigger":
         return _card_action(header, body, channel)
-    message = body.get("message") if isinstance(body.get("message"), dict) else {}
+    message = body.get("message")
+    message = message if isinstance(message, dict) else {}
     message_id, chat_id = message.get("message_id"), message.get("chat_id")
-    sender = body.get("sender") if isinstance(body.get("sender"), dict) else {}
-    ids = sender.get("sender_id") if isinstance(sender.get("sender_id"), dict) else {}
+    sender = body.get("sender")
+    sender = sender if isinstance(sender, dict) else {}
+    ids = sender.get("sender_id")
+    ids = ids if isinstance(ids, dict) else {}
     open_id = ids.get("open_id")
-    if not all(isinstance(v, str) and v for v in (message_id, chat_id, open_id)):
+    if not (isinstance(message_id, str) and message_id and isinstance(chat_id, str) and chat_id
+            and isinstance(open_id, str) and open_id):
         log.info("feishu (%s): ignored an event without message_id, chat_id or sender open_id", channel)
         return []
     if sender.get("sender_type") == "app":
@@ -60,7 +66,7 @@ def to_inbound(event: dict[str, Any], cfg: FeishuConfig, api: Any, bot_open_id: 
                   cfg.group_policy)
         return []
     try:
-        content = json.loads(message.get("content"))
+        content = json.loads(message.get("content") or "")
         if not isinstance(content, dict):
             raise ValueError("not an object")
     except (TypeError, ValueError, RecursionError):
@@ -208,7 +214,8 @@ def _raise_if_transient(exc: Exception) -> None:
 
 def _parent_text(parent: dict[str, Any], mentions: Mentions) -> str:
     # GET /im/v1/messages/{id} items: {"msg_type", "body": {"content": "<json>"}, "mentions": [...]}
-    body = parent.get("body") if isinstance(parent.get("body"), dict) else {}
+    body = parent.get("body")
+    body = body if isinstance(body, dict) else {}
     msg_type = parent.get("msg_type") or parent.get("message_type")
     try:
         content = json.loads(body.get("content") or parent.get("content") or "")

@@ -117,6 +117,12 @@ class LongConnection:
             except RuntimeError:  # the loop already ended
                 pass
 
+    def _halted(self) -> bool:
+        """Whether stop() reached the loop; only asked inside _main, which creates the event first."""
+        if self._halt is None:
+            raise RuntimeError("the long connection's loop has not started")
+        return self._halt.is_set()
+
     # --- lease: hold it or stand by -------------------------------------------------------
 
     async def _main(self, sdk: Any) -> None:
@@ -184,10 +190,10 @@ class LongConnection:
         renewer = asyncio.create_task(self._renew(lost))
         attempt = 0
         try:
-            while not (self._halt.is_set() or lost.is_set()):  # type: ignore[union-attr]
+            while not (self._halted() or lost.is_set()):
                 started = time.monotonic()
                 connected = await self._session(sdk, lost)
-                if self._halt.is_set() or lost.is_set():  # type: ignore[union-attr]
+                if self._halted() or lost.is_set():
                     break
                 if connected and time.monotonic() - started >= STABLE_SECS:
                     attempt = 0
@@ -226,7 +232,7 @@ class LongConnection:
         finally:
             pinger.cancel()
             await self._close(client)
-        if not (self._halt.is_set() or lost.is_set()):  # type: ignore[union-attr]
+        if not (self._halted() or lost.is_set()):
             log.warning("feishu long connection (%s): the connection closed", self.channel)
         return True
 
@@ -243,7 +249,9 @@ class LongConnection:
     async def _race(self, aw: Awaitable[Any], *events: asyncio.Event) -> tuple[bool, Any]:
         """Await `aw` unless we stop or one of `events` is set first: (finished, result)."""
         task = asyncio.ensure_future(aw)
-        waiters = [asyncio.create_task(e.wait()) for e in (self._halt, *events)]  # type: ignore[union-attr]
+        if self._halt is None:  # _main creates it before anything races
+            raise RuntimeError("the long connection's loop has not started")
+        waiters = [asyncio.create_task(e.wait()) for e in (self._halt, *events)]
         try:
             await asyncio.wait([task, *waiters], return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -19,8 +19,10 @@ class Mentions:
         for item in mentions if isinstance(mentions, list) else []:
             if not isinstance(item, dict):
                 continue
-            ids = item.get("id") if isinstance(item.get("id"), dict) else {}
-            open_id = ids.get("open_id") if isinstance(ids.get("open_id"), str) else None
+            ids = item.get("id")
+            ids = ids if isinstance(ids, dict) else {}
+            open_id = ids.get("open_id")
+            open_id = open_id if isinstance(open_id, str) else None
             is_bot = bool(bot_open_id) and open_id == bot_open_id
             self.bot_mentioned = self.bot_mentioned or is_bot
             name = "" if is_bot else f"@{_str(item.get('name')) or open_id or 'someone'}"
@@ -56,7 +58,8 @@ def post_markdown(content: dict[str, Any], mentions: Mentions) -> tuple[str, lis
     title = _str(body.get("title")).strip()
     if title:
         lines += [f"# {title}", ""]
-    for paragraph in body.get("content") if isinstance(body.get("content"), list) else []:
+    paragraphs = body.get("content")
+    for paragraph in paragraphs if isinstance(paragraphs, list) else []:
         if not isinstance(paragraph, list):
             continue
         parts = [_element(el, mentions, images) for el in paragraph if isinstance(el, dict)]

@@ -71,7 +71,7 @@ class _ScrubFilter(logging.Filter):
 
 
 def client_class(sdk: Any) -> type:
-    class Client(sdk.Client):  # type: ignore[misc, name-defined]
+    class Client(sdk.Client):
         endpoint_url = ""
 
         def fetch_endpoint(self) -> str:

@@ -107,9 +107,11 @@ class TelegramApi:
         if not isinstance(body, dict):
             raise TelegramError(f"telegram {method}: http {status}, not a Bot API answer", code=status,
                                 permanent=status in (401, 403, 404))
-        code = body.get("error_code") if isinstance(body.get("error_code"), int) else status
+        code = body.get("error_code")
+        code = code if isinstance(code, int) else status
         description = str(body.get("description") or f"http {status}")[:300]
-        params = body.get("parameters") if isinstance(body.get("parameters"), dict) else {}
+        params = body.get("parameters")
+        params = params if isinstance(params, dict) else {}
         retry_after = params.get("retry_after")
         retry_after = float(retry_after) if isinstance(retry_after, (int, float)) and retry_after >= 0 else None
         migrate = params.get("migrate_to_chat_id")

@@ -173,7 +173,8 @@ class Reader:
                 return [self._voice(message[key], ref)]
         sticker = message.get("sticker")
         if isinstance(sticker, dict):
-            emoji = sticker.get("emoji") if isinstance(sticker.get("emoji"), str) else ""
+            emoji = sticker.get("emoji")
+            emoji = emoji if isinstance(emoji, str) else ""
             return [_text(f"[sticker {emoji[:8]}]".replace(" ]", "]"))]
         kind = next((k for k in _KINDS if k in message), None)
         if kind:
@@ -197,7 +198,8 @@ class Reader:
         return {"type": "image_url", "url": f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"}
 
     def _document(self, document: dict[str, Any], ref: str) -> dict[str, Any]:
-        name = document.get("file_name") if isinstance(document.get("file_name"), str) else "file"
+        name = document.get("file_name")
+        name = name if isinstance(name, str) else "file"
         name = name[:120] or "file"
         size = document.get("file_size")
         if not isinstance(document.get("file_id"), str):

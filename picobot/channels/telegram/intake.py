@@ -13,7 +13,7 @@ crash before the poll offset moved on, a webhook retry — records nothing and s
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from picobot.config.access import allowed
 from picobot.domain.text import TooDeep, repair_tree
@@ -40,7 +40,7 @@ def clean(value: Any) -> Any:
         raise Malformed(f"the update nests deeper than {MAX_DEPTH} levels") from None
 
 
-def _int(value: Any) -> bool:
+def _int(value: Any) -> TypeGuard[int]:
     return type(value) is int  # not bool, not float
 
 

@@ -32,11 +32,13 @@ TEXT, IMAGE, VOICE, FILE, VIDEO = 1, 2, 3, 4, 5
 
 
 def to_inbound(event: dict[str, Any], cfg: WeChatConfig, channel: str, media_dir: Path) -> list[InboundMessage]:
-    msg = event.get("message") if isinstance(event.get("message"), dict) else {}
+    msg = event.get("message")
+    msg = msg if isinstance(msg, dict) else {}
     sender = msg.get("from_user_id")
     if not isinstance(sender, str) or not sender:
         return []
-    items = msg.get("item_list") if isinstance(msg.get("item_list"), list) else []
+    items = msg.get("item_list")
+    items = items if isinstance(items, list) else []
     pmid = str(msg.get("message_id") or "") or None
     reader = _Reader(cfg, media_dir, pmid or "msg")
     blocks = [b for item in items[:MAX_ITEMS] for b in reader.item(item)]
@@ -73,7 +75,8 @@ def _merge(blocks: list[dict[str, Any]]) -> Any:
 def _quote(ref: Any) -> str:
     if not isinstance(ref, dict):
         return ""
-    item = ref.get("message_item") if isinstance(ref.get("message_item"), dict) else ref
+    item = ref.get("message_item")
+    item = item if isinstance(item, dict) else ref
     text = item.get("text_item", {}).get("text") if isinstance(item.get("text_item"), dict) else ref.get("title")
     if not isinstance(text, str) or not text.strip():
         return ""
@@ -123,7 +126,8 @@ class _Reader:
                 "readable": True}
 
     def file(self, file: dict[str, Any]) -> dict[str, Any]:
-        name = file.get("file_name") if isinstance(file.get("file_name"), str) and file.get("file_name") else "file"
+        name = file.get("file_name")
+        name = name if isinstance(name, str) and name else "file"
         data, why = self._fetch(file.get("media"))
         if data is None:
             return _text(f"[file {name[:120]} could not be downloaded: {why}]")

@@ -200,7 +200,8 @@ class Poller:
                 self._in_poll = False
         finally:
             api.close()
-        msgs = body.get("msgs") if isinstance(body.get("msgs"), list) else []
+        msgs = body.get("msgs")
+        msgs = msgs if isinstance(msgs, list) else []
         counts: dict[str, int] = {}
         for msg in msgs:
             outcome = intake.accept(self.rt, self.channel, msg)

@@ -379,8 +379,8 @@ class FakeLLM:
     @property
     def url(self) -> str:
         """Base URL, e.g. http://127.0.0.1:PORT (Anthropic SDK base_url; OpenAI's is openai_url)."""
-        host = self._live().server_address[0]
-        return f"http://{host}:{self.port}"
+        host = self._live().server_address[0]  # str for a TCP server (bytes only for AF_UNIX)
+        return f"http://{host if isinstance(host, str) else host.decode()}:{self.port}"
 
     @property
     def openai_url(self) -> str:

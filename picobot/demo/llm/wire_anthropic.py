@@ -67,7 +67,11 @@ def validate(body: dict[str, Any]) -> str | None:
         blocks = _blocks(m.get("content"))
         if any(b.get("type") == "text" and not b.get("text") for b in blocks) and not isinstance(m.get("content"), str):
             return f"messages.{i}: text content blocks must be non-empty"
-        answered = {b.get("tool_use_id") for b in blocks if b.get("type") == "tool_result"}
+        for j, b in enumerate(blocks):  # without its id a block cannot be paired (nor its id sorted into a message)
+            field = {"tool_use": "id", "tool_result": "tool_use_id"}.get(str(b.get("type")))
+            if field is not None and not isinstance(b.get(field), str):
+                return f"messages.{i}.content.{j}.{b['type']}.{field}: Field required"
+        answered = {b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"}
         if pending and not pending <= answered:
             return (f"messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: "
                     f"{', '.join(sorted(pending - answered))}")
@@ -75,7 +79,7 @@ def validate(body: dict[str, Any]) -> str | None:
             return f"messages.{i}: unexpected `tool_use_id` found in `tool_result` blocks: {sorted(answered - pending)}"
         if any(b.get("type") == "thinking" and not b.get("signature") for b in blocks):
             return f"messages.{i}: thinking blocks need their signature"
-        pending = {b.get("id") for b in blocks if b.get("type") == "tool_use"} if m.get("role") == "assistant" else set()
+        pending = {b["id"] for b in blocks if b.get("type") == "tool_use"} if m.get("role") == "assistant" else set()
     return None
 
 
@@ -128,7 +132,7 @@ def json_body(reply: Reply, view: RequestView) -> dict[str, Any]:
 def _block_frames(index: int, block: dict[str, Any]) -> list[bytes]:
     kind = block["type"]
     if kind == "thinking":
-        start = {"type": "thinking", "thinking": "", "signature": ""}
+        start: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
         deltas = [{"type": "thinking_delta", "thinking": p} for p in split_words(block["thinking"])]
         deltas.append({"type": "signature_delta", "signature": block["signature"]})
     elif kind == "text":
