@@ -37,7 +37,7 @@ def delivery_key(raw: str) -> str:
 
 def payload(text: str, fmt: str = "markdown", reply_to: str | None = None, turn_id: str | None = None,
             session_id: str | None = None, buttons: Any = ()) -> dict[str, Any]:
-    body = {"text": text, "format": fmt, "reply_to": reply_to, "turn_id": turn_id, "session_id": session_id}
+    body: dict[str, Any] = {"text": text, "format": fmt, "reply_to": reply_to, "turn_id": turn_id, "session_id": session_id}
     shown = command_buttons(buttons)
     if shown:
         body["buttons"] = shown

@@ -20,7 +20,7 @@ class NoQueue:
     def enqueue_compaction(self, session_id: str, force: bool = False) -> None:
         self._refuse("compactions")
 
-    def enqueue_subagent(self, run_id: str) -> None:
+    def enqueue_subagent(self, run_id: str, queue: str = "subagents") -> None:
         self._refuse("sub-agent runs")
 
     def enqueue_job(self, job_id: str, due_at: float | None) -> None:

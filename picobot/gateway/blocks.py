@@ -83,7 +83,7 @@ def data_image_bytes(url: str) -> int:
     return len(payload) * 3 // 4 - (len(payload) - len(payload.rstrip("=")))
 
 
-def audio_bytes(blocks: list) -> int:  # type: ignore[type-arg]
+def audio_bytes(blocks: list) -> int:
     """Decoded bytes of the message's audio block (0 without one); BadBlock when it is invalid or not alone."""
     found = [b for b in blocks if isinstance(b, dict) and b.get("type") == "audio"]
     if not found:
@@ -92,7 +92,7 @@ def audio_bytes(blocks: list) -> int:  # type: ignore[type-arg]
         raise BadBlock("A message carries at most one audio block (one voice message).")
     url = found[0].get("url")
     head = _DATA_AUDIO.match(url) if isinstance(url, str) else None
-    if head is None:
+    if head is None or not isinstance(url, str):
         raise BadBlock(f"{AUDIO_USAGE}.")
     payload = url[head.end():]
     if not payload or len(payload) % 4 or not _BASE64.fullmatch(payload):

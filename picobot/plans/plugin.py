@@ -64,7 +64,8 @@ class PlansPlugin:
 
         def edit(conn: "Connection", now: float) -> bool:
             plan_id = sql.lock(conn, run.session_id, now)
-            return plan_id is not None and sql.set_status(conn, plan_id, run.plan_item_id, status, note, now)
+            return (plan_id is not None and run.plan_item_id is not None
+                    and sql.set_status(conn, plan_id, run.plan_item_id, status, note, now))
 
         if not plans.change(ports, run.session_id, edit)[0]:
             log.info("run %s: dialog %s has no plan item %s", run.id, run.session_id, run.plan_item_id)

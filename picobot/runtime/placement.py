@@ -72,7 +72,7 @@ def beat(r: "redis.Redis", host: str) -> None:
 
 def live_hosts(r: "redis.Redis") -> dict[str, float]:
     """Hosts with a heartbeat within HOST_TTL_SECS, with its time."""
-    rows = r.zrangebyscore(keys.HOSTS, time.time() - HOST_TTL_SECS, "+inf", withscores=True)
+    rows: Any = r.zrangebyscore(keys.HOSTS, time.time() - HOST_TTL_SECS, "+inf", withscores=True)
     return {(h.decode() if isinstance(h, bytes) else str(h)): float(at) for h, at in rows}
 
 

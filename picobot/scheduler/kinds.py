@@ -142,7 +142,7 @@ class After:
         run_after(list(self.wakes.values()))
         for session_id in self.turns:
             try:
-                rt.queue.enqueue_turn(session_id, queue=QUEUE_SCHEDULED)  # type: ignore[call-arg]
+                rt.queue.enqueue_turn(session_id, queue=QUEUE_SCHEDULED)
             except Exception as exc:  # stored: the sweeper wakes the session once the broker is back
                 log.warning("a job's input in %s stored but not enqueued (%s); the sweeper will run it",
                             session_id, type(exc).__name__)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection, and_, insert, select, update
 
@@ -47,14 +48,14 @@ class Approval:
                 "expires_at": self.expires_at, "decided_at": self.decided_at}
 
 
-def _row(found) -> Approval | None:  # type: ignore[no-untyped-def]
+def _row(found: Any) -> Approval | None:
     return None if found is None else Approval(**dict(found._mapping))
 
 
 def create(conn: Connection, approval_id: str, session_id: str, turn_id: str, tool: str, summary: str, rule: str,
            timeout_secs: float, now: float | None = None) -> Approval:
     now = time.time() if now is None else now
-    values = {"id": approval_id, "session_id": session_id[:512], "turn_id": turn_id[:64], "tool": tool[:128],
+    values: dict[str, Any] = {"id": approval_id, "session_id": session_id[:512], "turn_id": turn_id[:64], "tool": tool[:128],
               "summary": summary, "rule": rule[:128], "status": PENDING, "scope": "once", "decided_by": None,
               "decided_via": None, "created_at": now, "expires_at": now + timeout_secs, "decided_at": None}
     conn.execute(insert(_a), values)

@@ -22,7 +22,7 @@ from picobot.storage.upsert import InsertIfAbsent
 JOBS = ScheduledJobRow.__table__
 RUNS = JobRunRow.__table__
 _CLAIM = InsertIfAbsent(RUNS, ["job_id", "due_at"])
-_DIALECT_INSERT = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+_DIALECT_INSERT: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 JOB_COLUMNS = tuple(c.name for c in JOBS.columns)
 RUN_COLUMNS = tuple(c.name for c in RUNS.columns)
 

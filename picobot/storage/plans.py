@@ -57,8 +57,11 @@ def lock(conn: Connection, session_id: str, now: float) -> int | None:
 
 def create(conn: Connection, session_id: str, title: str, texts: list[str], now: float) -> None:
     """A new plan; IntegrityError when the dialog has one (or it was deleted)."""
-    plan_id = conn.execute(insert(_p).values(session_id=session_id, title=title, created_at=now,
-                                             updated_at=now)).inserted_primary_key[0]
+    key = conn.execute(insert(_p).values(session_id=session_id, title=title, created_at=now,
+                                         updated_at=now)).inserted_primary_key
+    if key is None:  # an INSERT of one row always has one; this tells the type checker so
+        raise RuntimeError("the new plan has no id")
+    plan_id = key[0]
     add(conn, plan_id, texts, now)
 
 

@@ -51,7 +51,7 @@ class FileSearchTool(Tool):
 
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
         ctx.cancel.raise_if_cancelled()
-        pattern = _text(args, "pattern", required=True)
+        pattern = _required_text(args, "pattern")
         root = workspace_root(ctx)
         base, glob = split_glob(pattern, root)
         budget = _Budget(ctx)
@@ -82,7 +82,7 @@ class ContentSearchTool(Tool):
 
     def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
         ctx.cancel.raise_if_cancelled()
-        pattern = _text(args, "pattern", required=True)
+        pattern = _required_text(args, "pattern")
         compiled = compile_pattern(pattern)
         context = _context(args)
         root = workspace_root(ctx)
@@ -96,6 +96,13 @@ class ContentSearchTool(Tool):
 
 
 # --- arguments ------------------------------------------------------------------------------
+
+
+def _required_text(args: dict[str, Any], key: str) -> str:
+    value = _text(args, key, required=True)
+    if value is None:  # _text refuses a missing required value; this tells the type checker so
+        raise ToolError(f"'{key}' must be a non-empty string.")
+    return value
 
 
 def _text(args: dict[str, Any], key: str, required: bool = False) -> str | None:
@@ -254,9 +261,9 @@ class _Budget:
 def walk(base: Path, root: Path, budget: _Budget) -> Iterator[tuple[Path, float]]:
     """(path, mtime) of each regular file under base (or base itself), confined to root."""
     if base.is_file():
-        entry = _regular(base, root)
-        if entry is not None:
-            yield entry
+        single = _regular(base, root)
+        if single is not None:
+            yield single
         return
     stack = [base]
     while stack:

@@ -87,11 +87,16 @@ def to_inbound(event: dict[str, Any], cfg: FeishuConfig, api: Any, bot_open_id: 
                            metadata={"reply_to": message_id, "chat_type": chat_type})]
 
 
+def _dict(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    """parent[key] when it is an object, else {} (a hostile event may carry anything there)."""
+    found = parent.get(key)
+    return found if isinstance(found, dict) else {}
+
+
 def _card_action(header: dict[str, Any], body: dict[str, Any], channel: str) -> list[InboundMessage]:
     """A button pressed on one of the bot's cards: its command as the presser's input in that chat."""
-    operator, context, action = (body.get(k) if isinstance(body.get(k), dict) else {}
-                                 for k in ("operator", "context", "action"))
-    value = action.get("value") if isinstance(action.get("value"), dict) else {}
+    operator, context, action = (_dict(body, "operator"), _dict(body, "context"), _dict(body, "action"))
+    value = _dict(action, "value")
     command, open_id, chat_id = value.get("command"), operator.get("open_id"), context.get("open_chat_id")
     if not (isinstance(command, str) and is_command(command) and isinstance(open_id, str) and open_id
             and isinstance(chat_id, str) and chat_id):

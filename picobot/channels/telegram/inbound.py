@@ -222,8 +222,8 @@ class Reader:
         data, why = self._download(voice["file_id"])
         if data is None:
             return _text(f"[a voice message that could not be downloaded: {why}]")
-        mime = voice.get("mime_type") if isinstance(voice.get("mime_type"), str) else "audio/ogg"
-        if not re.fullmatch(r"audio/[A-Za-z0-9.+-]{1,64}", mime):
+        mime = voice.get("mime_type")
+        if not isinstance(mime, str) or not re.fullmatch(r"audio/[A-Za-z0-9.+-]{1,64}", mime):
             mime = "audio/ogg"
         return audio_block(mime.lower(), data)
 

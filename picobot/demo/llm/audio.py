@@ -40,7 +40,8 @@ def multipart(body: bytes, ctype: str) -> dict[str, Any]:
         name = part.get_param("name", header="content-disposition")
         if not name:
             continue
-        data = part.get_payload(decode=True) or b""
+        payload = part.get_payload(decode=True)
+        data = payload if isinstance(payload, bytes) else b""
         filename = part.get_filename()
         if filename is None:
             fields[str(name)] = data.decode("utf-8", "replace")
