@@ -10,12 +10,13 @@ resolve outside the workspace.
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from picobot.plugins import argument_text
 
 SHELL = "bash"
 WRITE_TOOLS = ("write", "edit")
@@ -48,14 +49,7 @@ class Rule:
         return self.pattern is None or self.pattern.search(subject(arguments, self.argument)) is not None
 
 
-def subject(arguments: dict[str, Any], argument: str | None) -> str:
-    """The text a rule's pattern is searched in: one argument as text, or all of them as JSON."""
-    if argument is None:
-        return json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)
-    value = arguments.get(argument)
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+subject = argument_text  # the text a rule's pattern is searched in
 
 
 def _outside_workspace(arguments: dict[str, Any], workspace: Path | None) -> bool:

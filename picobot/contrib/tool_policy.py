@@ -12,11 +12,10 @@ that argument (as text), else in all the arguments as JSON. The first matching r
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 from typing import Any
 
-from picobot.plugins import Deny, hookimpl
+from picobot.plugins import Deny, argument_text, hookimpl
 
 
 class ToolPolicyPlugin:
@@ -29,15 +28,6 @@ class ToolPolicyPlugin:
         for tool, argument, pattern, reason in self.rules:
             if not fnmatch.fnmatchcase(call.name, tool):
                 continue
-            if pattern is None or pattern.search(_subject(call.arguments, argument)):
+            if pattern is None or pattern.search(argument_text(call.arguments, argument)):
                 return Deny(reason)
         return None
-
-
-def _subject(arguments: dict[str, Any], argument: str | None) -> str:
-    if argument is None:
-        return json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)
-    value = arguments.get(argument)
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)

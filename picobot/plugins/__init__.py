@@ -28,7 +28,7 @@ import pluggy
 from picobot.plugins.decorator import tool
 from picobot.plugins.hookspecs import hookspec
 from picobot.plugins.manager import PluginHost
-from picobot.plugins.types import (AudioClip, Command, Deny, InputMessage, ModelRequestView, ModelResponse, Refusal,
+from picobot.plugins.types import (AudioClip, argument_text, Command, Deny, InputMessage, ModelRequestView, ModelResponse, Refusal,
                                    StageContext, SubagentRunView, ToolCallView, Transcript, TurnView)
 from picobot.tools.base import Tool, ToolContext
 
@@ -37,5 +37,5 @@ hookimpl = pluggy.HookimplMarker("picobot")
 __all__ = [
     "AudioClip", "Command", "Deny", "InputMessage", "ModelRequestView", "ModelResponse", "PluginHost", "Refusal",
     "StageContext", "SubagentRunView", "Tool", "ToolCallView", "ToolContext", "Transcript", "TurnView", "hookimpl",
-    "hookspec", "tool",
+    "hookspec", "tool", "argument_text",
 ]

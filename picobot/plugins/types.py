@@ -6,6 +6,7 @@ that keeps one keeps a copy, and changing one changes nothing in the core.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -178,3 +179,14 @@ class Transcript:
 
     text: str | None = None
     error: str | None = None
+
+
+def argument_text(arguments: dict[str, Any], argument: str | None) -> str:
+    """The text a rule matches in a tool call (tool policies, approvals): one argument as text (JSON
+    when it is not a string, "" when absent), or all the arguments as JSON with sorted keys."""
+    if argument is None:
+        return json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)
+    value = arguments.get(argument)
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
