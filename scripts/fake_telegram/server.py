@@ -11,6 +11,7 @@
     fake.add_file(b"...", "photos/file_1.jpg") -> file_id      # served by getFile + /file/bot<token>/<path>
     fake.wait_sent(n, chat_id), fake.sent_to(chat_id), fake.calls
     fake.wait_voices(n, chat_id), fake.voices_to(chat_id)      # sendVoice (Ogg Opus only) / sendAudio uploads
+    fake.photos_to(chat_id)                            # sendPhoto uploads (≤ 10 MB, image bytes), with their bytes
     fake.stop()
 
 The control API over HTTP (for `python -m scripts.fake_telegram` and other processes):
@@ -37,7 +38,7 @@ from scripts.fake_telegram.botapi import Answer, Bot, Methods, err
 DEFAULT_TOKEN = "123456789:AAFakeTokenForTestsOnly_abcdefghijkl"
 API_METHODS = frozenset({"getme", "getupdates", "setwebhook", "deletewebhook", "getwebhookinfo", "sendmessage",
                          "editmessagetext", "sendchataction", "setmessagereaction", "setmycommands", "getmycommands",
-                         "getfile", "sendvoice", "sendaudio", "answercallbackquery"})
+                         "getfile", "sendvoice", "sendaudio", "sendphoto", "answercallbackquery"})
 
 
 class FakeTelegram(Methods):
@@ -251,6 +252,11 @@ class FakeTelegram(Methods):
                 if left <= 0:
                     raise TimeoutError(f"{len(found)} of {n} voice messages sent to {chat_id} within {timeout} s")
                 self.lock.wait(min(left, 0.5))
+
+    def photos_to(self, chat_id: Any, token: str | None = None) -> list[dict[str, Any]]:
+        """Photos the bot sent to a chat (sendPhoto), with their bytes, in order."""
+        with self.lock:
+            return [dict(v) for v in self.bot(token).photos if v["chat_id"] == str(chat_id)]
 
     def actions_in(self, chat_id: Any, token: str | None = None) -> list[dict[str, Any]]:
         with self.lock:
