@@ -131,12 +131,8 @@ def image_type(data: bytes) -> tuple[str, str] | None:
     return None
 
 
-def read_image(entry: Any, workspace: Path, max_bytes: int) -> AnswerImage | str:
-    """A media entry ({"path"}) as an image to send, or why it is skipped.
-
-    The payload is not trusted: only a regular file inside the workspace (after resolving links), of at
-    most `max_bytes`, whose bytes are a PNG, JPEG, GIF or WebP image is read.
-    """
+def workspace_file(entry: Any, workspace: Path) -> Path | str:
+    """The existing file a media entry ({"path"}) names, resolved, when it lies inside the workspace; else why not."""
     raw = entry.get("path") if isinstance(entry, dict) else None
     if not isinstance(raw, str) or not raw.startswith("/") or "\x00" in raw:
         return "not a file path"
@@ -147,6 +143,18 @@ def read_image(entry: Any, workspace: Path, max_bytes: int) -> AnswerImage | str
         return "no such file"
     if not path.is_relative_to(root):
         return "outside the workspace"
+    return path
+
+
+def read_image(entry: Any, workspace: Path, max_bytes: int) -> AnswerImage | str:
+    """A media entry ({"path"}) as an image to send, or why it is skipped.
+
+    The payload is not trusted: only a regular file inside the workspace (after resolving links), of at
+    most `max_bytes`, whose bytes are a PNG, JPEG, GIF or WebP image is read.
+    """
+    path = workspace_file(entry, workspace)
+    if isinstance(path, str):
+        return path
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
     except (OSError, ValueError) as exc:
