@@ -14,6 +14,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -109,6 +110,8 @@ def test_telegram_gets_the_text_then_the_screenshot_as_a_photo(make_rt: Any, fak
     assert photo["data"] == shot.read_bytes() and photo["content_type"] == "image/png"
     assert photo["message_id"] > fake_tg.sent_to(TG_CHAT)[0]["message_id"]  # after the text
     assert row(rt, row_id).status == outbox.SENT and row(rt, row_id).result["media"] == {"0": photo["message_id"]}
+    shown = httpx.get(f"{fake_tg.base_url}/_fake/photos", params={"chat_id": TG_CHAT}).json()["result"]
+    assert [(p["message_id"], p["bytes"]) for p in shown] == [(photo["message_id"], len(photo["data"]))]
 
 
 def test_telegram_a_missing_file_is_skipped_with_a_log_line_and_the_text_goes(

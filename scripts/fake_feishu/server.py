@@ -154,7 +154,8 @@ class FakeFeishu(OpenApiState, Reading):
         with self.lock:
             for store in (self.sent, self.calls, self.updates):
                 store.clear()
-            for mapping in (self.messages, self.reactions, self.cards, self.chat_state, self.resources):
+            for mapping in (self.messages, self.reactions, self.cards, self.chat_state, self.resources, self.files,
+                            self.images):
                 mapping.clear()
             self.recalled.clear()
             self._fail, self._down = None, False

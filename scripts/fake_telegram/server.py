@@ -18,6 +18,7 @@ The control API over HTTP (for `python -m scripts.fake_telegram` and other proce
     POST /_fake/message {"chat_id", "text", "from_id", "chat_type", …}   -> the update
     POST /_fake/update  {"update": {...}}      POST /_fake/fail {"status", "retry_after", "times", "method"}
     GET  /_fake/sent[?chat_id=]                GET /_fake/calls              POST /_fake/rewind
+    GET  /_fake/photos[?chat_id=]              (sendPhoto uploads: size and type, not the bytes)
 
 Every request is recorded in `fake.calls` (method, status, description); the token never is.
 """
@@ -351,6 +352,11 @@ class FakeTelegram(Methods):
             with self.lock:
                 sent = [m for m in self.bot().sent if "chat_id" not in query or m["chat_id"] == query["chat_id"]]
             return 200, {"ok": True, "result": sent}
+        if name == "photos":  # sendPhoto uploads, their size and type instead of their bytes
+            with self.lock:
+                photos = [{**{k: v for k, v in p.items() if k != "data"}, "bytes": len(p["data"])}
+                          for p in self.bot().photos if "chat_id" not in query or p["chat_id"] == query["chat_id"]]
+            return 200, {"ok": True, "result": photos}
         if name == "calls":
             with self.lock:
                 return 200, {"ok": True, "result": list(self.calls)}
