@@ -152,11 +152,16 @@ def test_minus_14_marks_login_required_and_retries(rt: Runtime, fake: FakeWeChat
 
 def test_images_and_files_go_out_encrypted(rt: Runtime, fake: FakeWeChat, tmp_path: Path) -> None:
     _user_writes(rt, fake)
-    png = tmp_path / "chart.png"
+    workspace = rt.config.workspace_path()
+    workspace.mkdir(parents=True, exist_ok=True)
+    png = workspace / "chart.png"
     png.write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(300))
-    doc = tmp_path / "report.pdf"
+    doc = workspace / "report.pdf"
     doc.write_bytes(os.urandom(5000))
-    row = _record(rt, "here you are", media=[{"path": str(png)}, {"path": str(doc), "name": "Report.pdf"}])
+    outside = tmp_path / "secret.png"  # the payload is not trusted: a file outside the workspace is not sent
+    outside.write_bytes(b"\x89PNG\r\n\x1a\n" + os.urandom(300))
+    row = _record(rt, "here you are", media=[{"path": str(png)}, {"path": str(outside)},
+                                             {"path": str(doc), "name": "Report.pdf"}])
     delivery.deliver_lane(rt, "wechat", USER)
     assert _status(rt, row) == "sent"
     kinds = [m["item_list"][0]["type"] for m in fake.sent]

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import stat
 import uuid
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select
@@ -95,6 +99,90 @@ def answer_media(turn: Any) -> list[dict[str, str]]:
         return []
     return [{"path": b["path"]} for b in answer.content
             if b.get("type") == "image_url" and isinstance(b.get("path"), str) and b["path"].startswith("/")]
+
+
+MAX_MEDIA = 10  # images of one answer a channel sends, at most
+_IMAGE_MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png", "png"), (b"\xff\xd8\xff", "image/jpeg", "jpg"),
+                (b"GIF87a", "image/gif", "gif"), (b"GIF89a", "image/gif", "gif"))
+
+
+@dataclass(frozen=True)
+class AnswerImage:
+    """One image of an answer, read and checked, ready to upload."""
+
+    name: str  # the file name to upload as (its stem and the type found in its bytes)
+    data: bytes
+    mime: str
+
+
+def media_entries(payload: Any) -> list[Any]:
+    """The delivery's `payload["media"]` entries (at most MAX_MEDIA), unchecked: see `read_image`."""
+    found = payload.get("media") if isinstance(payload, dict) else None
+    return list(found[:MAX_MEDIA]) if isinstance(found, list) else []
+
+
+def image_type(data: bytes) -> tuple[str, str] | None:
+    """(mime, extension) of PNG, JPEG, GIF or WebP bytes; None for anything else."""
+    for magic, mime, ext in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return mime, ext
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp", "webp"
+    return None
+
+
+def workspace_file(entry: Any, workspace: Path) -> Path | str:
+    """The existing file a media entry ({"path"}) names, resolved, when it lies inside the workspace; else why not."""
+    raw = entry.get("path") if isinstance(entry, dict) else None
+    if not isinstance(raw, str) or not raw.startswith("/") or "\x00" in raw:
+        return "not a file path"
+    try:
+        root = workspace.resolve()
+        path = Path(raw).resolve(strict=True)
+    except (OSError, RuntimeError, ValueError):
+        return "no such file"
+    if not path.is_relative_to(root):
+        return "outside the workspace"
+    return path
+
+
+def read_image(entry: Any, workspace: Path, max_bytes: int) -> AnswerImage | str:
+    """A media entry ({"path"}) as an image to send, or why it is skipped.
+
+    The payload is not trusted: only a regular file inside the workspace (after resolving links), of at
+    most `max_bytes`, whose bytes are a PNG, JPEG, GIF or WebP image is read.
+    """
+    path = workspace_file(entry, workspace)
+    if isinstance(path, str):
+        return path
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except (OSError, ValueError) as exc:
+        return f"unreadable ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return "not a regular file"
+        if info.st_size > max_bytes:
+            return f"larger than {max_bytes} bytes"
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        data = b"".join(chunks)
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or type(exc).__name__})"
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        return f"larger than {max_bytes} bytes"
+    found = image_type(data)
+    if found is None:
+        return "not a PNG, JPEG, GIF or WebP image"
+    return AnswerImage(f"{path.stem[:60] or 'image'}.{found[1]}", data, found[0])
 
 
 def record_turn(conn: Connection, rt: "ChannelPorts", channel: str, chat_id: str, session_id: str, turn_id: str,

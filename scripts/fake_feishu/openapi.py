@@ -17,6 +17,7 @@ MAX_CARD_BYTES = 30 * 1024       # post / interactive content
 MAX_TEXT_BYTES = 150 * 1024
 UUID_TTL_SECS = 3600
 RECEIVE_ID_TYPES = {"chat_id", "open_id", "user_id", "union_id", "email"}
+MAX_IMAGE_BYTES = 10 * 1024 * 1024  # im/v1/images
 MSG_TYPES = {"text", "post", "image", "file", "audio", "media", "sticker", "interactive", "share_chat", "share_user"}
 
 Result = tuple[int, dict[str, Any]]
@@ -63,6 +64,7 @@ class OpenApiState:
         self.recalled: set[str] = set()
         self.resources: dict[tuple[str, str], tuple[bytes, str]] = {}
         self.files: dict[str, dict[str, Any]] = {}       # file_key -> an uploaded file (im/v1/files)
+        self.images: dict[str, dict[str, Any]] = {}      # image_key -> an uploaded image (im/v1/images)
         self.reactions: dict[str, list[dict[str, Any]]] = {}
         self.cards: dict[str, dict[str, Any]] = {}
         self.updates: list[dict[str, Any]] = []        # PATCH / PUT of messages
@@ -97,6 +99,12 @@ class OpenApiState:
             return None, err(230001, f"invalid msg_type: {msg_type!r}")
         return _json_object(body.get("content"), "content", MAX_TEXT_BYTES if msg_type == "text" else MAX_CARD_BYTES,
                             "The message content exceeds the length limit.")
+
+    def _bad_image(self, body: dict[str, Any], content: dict[str, Any]) -> Result | None:
+        """An image message must name an image uploaded here (im/v1/images)."""
+        if body.get("msg_type") == "image" and content.get("image_key") not in self.images:
+            return err(230001, "invalid image_key")
+        return None
 
     def _seen_uuid(self, key: str | None) -> dict[str, Any] | None:
         if not key:
@@ -141,7 +149,7 @@ class OpenApiState:
         with self.lock:
             if (seen := self._seen_uuid(body.get("uuid"))) is not None:
                 return ok(seen)
-            if (bad := self._chat_error(receive_id)):
+            if (bad := self._bad_image(body, content) or self._chat_error(receive_id)):
                 return bad
             if self._rate_limited(receive_id):
                 return 429, {"code": 99991400, "msg": "request trigger frequency limit", "data": {}}
@@ -155,6 +163,8 @@ class OpenApiState:
         with self.lock:
             if (seen := self._seen_uuid(body.get("uuid"))) is not None:
                 return ok(seen)
+            if (bad := self._bad_image(body, content)):
+                return bad
             if parent_id in self.recalled:
                 return err(230011, "The message was withdrawn.")
             parent = self.messages.get(parent_id)
@@ -220,6 +230,29 @@ class OpenApiState:
             self.files[key] = {"file_type": file_type, "file_name": fields["file_name"], "data": upload["data"],
                                "duration": fields.get("duration")}
         return ok({"file_key": key})
+
+    def upload_image(self, ctype: str, raw: bytes) -> Result:
+        """POST im/v1/images (multipart: image_type, image): the image's key. At most 10 MB, of an image
+        format Feishu reads (checked by the bytes)."""
+        from picobot.demo.llm.audio import multipart
+
+        fields = multipart(raw, ctype)
+        upload = fields.get("image")
+        if fields.get("image_type") not in ("message", "avatar"):
+            return err(234001, "Invalid request param: image_type")
+        if not isinstance(upload, dict) or not upload["data"]:
+            return err(234001, "Invalid request param: image")
+        data = upload["data"]
+        if len(data) > MAX_IMAGE_BYTES:
+            return err(234006, "The file size exceed the max value.")
+        if not (data.startswith((b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF8", b"BM"))
+                or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")):
+            return err(234011, "Can't recognise image format.")
+        key = new_id("img_v3_")
+        with self.lock:
+            self.images[key] = {"image_type": fields["image_type"], "data": data,
+                                "file_name": upload.get("filename")}
+        return ok({"image_key": key})
 
     def resource(self, groups: tuple[str, ...], query: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         if query.get("type") not in ("image", "file"):

@@ -12,6 +12,7 @@ class Reading:
     lock: Any
     sent: list[dict[str, Any]]
     cards: dict[str, dict[str, Any]]
+    images: dict[str, dict[str, Any]]
 
     def messages_for(self, chat_id: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -30,6 +31,12 @@ class Reading:
                 card = self.cards[card_id]
                 return card["texts"][-1] if card["texts"] else "\n".join(_strings(card["card"]))
         return "\n".join(_strings(content))
+
+    def images_for(self, chat_id: str) -> list[dict[str, Any]]:
+        """The image messages sent to a chat, each with the uploaded image's bytes (`data`)."""
+        with self.lock:
+            return [{**m, "data": self.images[m["content"]["image_key"]]["data"]} for m in self.sent
+                    if m["chat_id"] == chat_id and m["msg_type"] == "image"]
 
     def wait_sent(self, count: int, chat_id: str | None = None, timeout: float = 30) -> list[dict[str, Any]]:
         """Block until at least `count` messages were sent (to chat_id if given); return them."""

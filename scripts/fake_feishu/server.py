@@ -3,6 +3,7 @@
     fake = FakeFeishu(app_id="cli_test", app_secret="secret_test").start()   # port 0 -> a free port
     fake.base_url        # use as the channel's `domain`
     fake.sent / fake.messages_for(chat_id) / fake.texts(chat_id) / fake.reactions / fake.cards / fake.calls
+    fake.images / fake.images_for(chat_id)      # im/v1/images uploads; the image messages sent, with their bytes
     fake.fail(status=429, times=1, reset=2) / fake.down(True) / fake.expire_tokens() / fake.set_chat(id, "removed")
     fake.hold(True) ... fake.held ... fake.hold(False)    # sends/replies wait: a delivery caught mid-flight
     fake.add_route("POST", "/callback/ws/endpoint", fn)   # fn(query, headers, body) -> (status, headers, body)
@@ -31,6 +32,7 @@ TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 IM = "/open-apis/im/v1/messages"
 CK = "/open-apis/cardkit/v1/cards"
 FILES = "/open-apis/im/v1/files"
+IMAGES = "/open-apis/im/v1/images"
 SEG = "([^/]+)"
 
 
@@ -95,12 +97,13 @@ class FakeFeishu(OpenApiState, Reading):
             self._routes[(method.upper(), path)] = fn
 
     def fail(self, status: int = 500, code: int | None = None, times: int = 1, reset: float | None = None,
-             include_token: bool = False, path: str | None = None) -> None:
-        """The next `times` OpenAPI calls (only those whose path starts with `path` if given; token fetches only
-        with include_token) answer `status`. times=0 clears a pending failure."""
+             include_token: bool = False, path: str | None = None, after: int = 0) -> None:
+        """After `after` more such calls succeed, the next `times` OpenAPI calls (only those whose path starts
+        with `path` if given; token fetches only with include_token) answer `status`. times=0 clears a pending
+        failure."""
         with self.lock:
             self._fail = {"status": status, "code": code, "times": times, "reset": reset,
-                          "include_token": include_token, "path": path} if times > 0 else None
+                          "include_token": include_token, "path": path, "after": after} if times > 0 else None
 
     def down(self, is_down: bool = True) -> None:
         """While down every call (token too) answers 503 with an HTML body, like a gateway in trouble."""
@@ -151,7 +154,8 @@ class FakeFeishu(OpenApiState, Reading):
         with self.lock:
             for store in (self.sent, self.calls, self.updates):
                 store.clear()
-            for mapping in (self.messages, self.reactions, self.cards, self.chat_state, self.resources):
+            for mapping in (self.messages, self.reactions, self.cards, self.chat_state, self.resources, self.files,
+                            self.images):
                 mapping.clear()
             self.recalled.clear()
             self._fail, self._down = None, False
@@ -191,6 +195,9 @@ class FakeFeishu(OpenApiState, Reading):
             f = self._fail
             if not f or (path == TOKEN_PATH and not f["include_token"]) or not path.startswith(f["path"] or ""):
                 return None
+            if f.get("after", 0) > 0:
+                f["after"] -= 1
+                return None
             f["times"] -= 1
             if f["times"] <= 0:
                 self._fail = None
@@ -212,6 +219,9 @@ class FakeFeishu(OpenApiState, Reading):
             return injected
         if method == "POST" and path == FILES:  # multipart, not JSON
             status, env = self._auth_error(headers) or self.upload_file(headers.get("content-type", ""), raw)
+            return status, {}, json.dumps(env, ensure_ascii=False).encode()
+        if method == "POST" and path == IMAGES:  # multipart, not JSON
+            status, env = self._auth_error(headers) or self.upload_image(headers.get("content-type", ""), raw)
             return status, {}, json.dumps(env, ensure_ascii=False).encode()
         if method == "POST" and not self._released.is_set() and re.fullmatch(f"{IM}(/{SEG}/reply)?", path):
             with self.lock:

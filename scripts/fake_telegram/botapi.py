@@ -31,6 +31,9 @@ def err(code: int, description: str, **parameters: Any) -> Answer:
     return code, body
 
 
+MAX_PHOTO_BYTES = 10 * 1024 * 1024  # Telegram's limit for an uploaded photo
+
+
 class Bot:
     """One bot token's state. All of it is guarded by the server's lock (`cond`)."""
 
@@ -51,6 +54,7 @@ class Bot:
         self.next_message_id: dict[str, int] = {}
         self.sent: list[dict[str, Any]] = []          # messages the bot sent, in order
         self.voices: list[dict[str, Any]] = []        # sendVoice / sendAudio, in order
+        self.photos: list[dict[str, Any]] = []        # sendPhoto uploads, in order (with their bytes)
         self.edits: list[dict[str, Any]] = []
         self.actions: list[dict[str, Any]] = []
         self.reactions: list[dict[str, Any]] = []
@@ -314,6 +318,36 @@ class Methods:
             bot.voices.append({"chat_id": chat_id, "message_id": message["message_id"], "kind": kind, "data": data,
                                "filename": upload.get("filename"), "content_type": upload.get("content_type"),
                                "caption": p.get("caption"), "reply_to": reply_to, "time": time.time()})
+            self.lock.notify_all()
+            return ok(message)
+
+    def sendphoto(self, bot: Bot, p: dict[str, Any]) -> Answer:
+        """sendPhoto with an uploaded file (multipart): at most 10 MB, and an image Telegram can read."""
+        chat_id = _chat(p.get("chat_id"))
+        if chat_id is None:
+            return err(400, "Bad Request: chat not found")
+        upload = p.get("photo")
+        if not isinstance(upload, dict) or not upload.get("data"):
+            return err(400, "Bad Request: there is no photo in the request")
+        data = upload["data"]
+        if len(data) > MAX_PHOTO_BYTES:
+            return err(413, "Request Entity Too Large")
+        if not (data.startswith((b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF8"))
+                or (data[:4] == b"RIFF" and data[8:12] == b"WEBP")):
+            return err(400, "Bad Request: IMAGE_PROCESS_FAILED")
+        with self.lock:
+            if self.chat_state(bot, chat_id).get("blocked"):
+                return err(403, "Forbidden: bot was blocked by the user")
+            message = {"message_id": bot.new_message_id(chat_id), "date": int(time.time()),
+                       "chat": {"id": int(chat_id), "type": "private" if not chat_id.startswith("-") else "supergroup"},
+                       "from": bot.me(), "photo": [{"file_id": f"P{len(bot.photos) + 1:06d}", "file_size": len(data),
+                                                    "width": 1, "height": 1}]}
+            if isinstance(p.get("caption"), str):
+                message["caption"] = p["caption"]
+            bot.store(chat_id, message)
+            bot.photos.append({"chat_id": chat_id, "message_id": message["message_id"], "data": data,
+                               "filename": upload.get("filename"), "content_type": upload.get("content_type"),
+                               "caption": p.get("caption"), "time": time.time()})
             self.lock.notify_all()
             return ok(message)
 

@@ -11,12 +11,14 @@
     fake.add_file(b"...", "photos/file_1.jpg") -> file_id      # served by getFile + /file/bot<token>/<path>
     fake.wait_sent(n, chat_id), fake.sent_to(chat_id), fake.calls
     fake.wait_voices(n, chat_id), fake.voices_to(chat_id)      # sendVoice (Ogg Opus only) / sendAudio uploads
+    fake.photos_to(chat_id)                            # sendPhoto uploads (≤ 10 MB, image bytes), with their bytes
     fake.stop()
 
 The control API over HTTP (for `python -m scripts.fake_telegram` and other processes):
     POST /_fake/message {"chat_id", "text", "from_id", "chat_type", …}   -> the update
     POST /_fake/update  {"update": {...}}      POST /_fake/fail {"status", "retry_after", "times", "method"}
     GET  /_fake/sent[?chat_id=]                GET /_fake/calls              POST /_fake/rewind
+    GET  /_fake/photos[?chat_id=]              (sendPhoto uploads: size and type, not the bytes)
 
 Every request is recorded in `fake.calls` (method, status, description); the token never is.
 """
@@ -37,7 +39,7 @@ from scripts.fake_telegram.botapi import Answer, Bot, Methods, err
 DEFAULT_TOKEN = "123456789:AAFakeTokenForTestsOnly_abcdefghijkl"
 API_METHODS = frozenset({"getme", "getupdates", "setwebhook", "deletewebhook", "getwebhookinfo", "sendmessage",
                          "editmessagetext", "sendchataction", "setmessagereaction", "setmycommands", "getmycommands",
-                         "getfile", "sendvoice", "sendaudio", "answercallbackquery"})
+                         "getfile", "sendvoice", "sendaudio", "sendphoto", "answercallbackquery"})
 
 
 class FakeTelegram(Methods):
@@ -252,6 +254,11 @@ class FakeTelegram(Methods):
                     raise TimeoutError(f"{len(found)} of {n} voice messages sent to {chat_id} within {timeout} s")
                 self.lock.wait(min(left, 0.5))
 
+    def photos_to(self, chat_id: Any, token: str | None = None) -> list[dict[str, Any]]:
+        """Photos the bot sent to a chat (sendPhoto), with their bytes, in order."""
+        with self.lock:
+            return [dict(v) for v in self.bot(token).photos if v["chat_id"] == str(chat_id)]
+
     def actions_in(self, chat_id: Any, token: str | None = None) -> list[dict[str, Any]]:
         with self.lock:
             return [dict(a) for a in self.bot(token).actions if a["chat_id"] == str(chat_id)]
@@ -345,6 +352,11 @@ class FakeTelegram(Methods):
             with self.lock:
                 sent = [m for m in self.bot().sent if "chat_id" not in query or m["chat_id"] == query["chat_id"]]
             return 200, {"ok": True, "result": sent}
+        if name == "photos":  # sendPhoto uploads, their size and type instead of their bytes
+            with self.lock:
+                photos = [{**{k: v for k, v in p.items() if k != "data"}, "bytes": len(p["data"])}
+                          for p in self.bot().photos if "chat_id" not in query or p["chat_id"] == query["chat_id"]]
+            return 200, {"ok": True, "result": photos}
         if name == "calls":
             with self.lock:
                 return 200, {"ok": True, "result": list(self.calls)}

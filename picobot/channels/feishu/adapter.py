@@ -4,6 +4,10 @@ A final answer goes as Markdown cards replying to the user's message, split by c
 carries a Feishu ``uuid`` derived from the delivery's idempotency key, so a retried delivery never shows
 twice. When the parent message is gone the part is sent to the chat instead. With ``live_updates`` the
 streaming card of the turn (see live.py) is finalised with the answer instead of a second message.
+The answer's images (`payload["media"]`, e.g. a browser screenshot) follow the text: each uploaded
+(im/v1/images) and sent as an image message with its own uuid; each one handled is noted on the row
+(`result.media`), so a retry neither uploads nor sends it again. One that cannot be sent is skipped
+with a log line.
 Feishu errors become ``DeliveryError`` (permanent or transient with retry_after).
 """
 
@@ -19,7 +23,9 @@ from picobot.channels.base import Capabilities, Delivery, DeliveryError, LiveHoo
 from picobot.channels.feishu import cards
 from picobot.channels.feishu.api import FeishuApi, FeishuError
 from picobot.channels.feishu.config import FeishuConfig
+from picobot.channels.outbound import media_entries, read_image
 from picobot.coord import keys
+from picobot.storage import outbox
 
 if TYPE_CHECKING:
     from picobot.gateway.inbound import InboundMessage
@@ -29,6 +35,7 @@ log = logging.getLogger("picobot.channels.feishu")
 
 PARENT_GONE = frozenset({230011, 231003})
 CARD_WAIT_SECS = 5.0  # how long deliver() waits for a streaming card still being created
+MAX_IMAGE_BYTES = 10 * 1024 * 1024  # Feishu's limit for an uploaded message image
 
 
 card_key = keys.feishu_card  # Redis: "pending" while the turn's card is created, then {card_id, message_id}
@@ -81,7 +88,11 @@ class FeishuAdapter:
 
     def deliver(self, delivery: Delivery) -> dict | None:
         try:
-            return {"message_ids": self._deliver(delivery)}
+            result: dict[str, Any] = {"message_ids": self._deliver(delivery)}
+            media = self._images(delivery)
+            if media:
+                result["media"] = media
+            return result
         except FeishuError as exc:
             raise DeliveryError(str(exc), permanent=exc.permanent, retry_after=exc.retry_after,
                                 code=None if exc.code is None else str(exc.code)) from None
@@ -113,6 +124,35 @@ class FeishuAdapter:
             msg_type, content = bodies[index]
             ids.append(self._post(d.chat_id, reply_to, msg_type, content, part_uuid(d.idempotency_key, index)))
         return ids
+
+    def _images(self, d: Delivery) -> dict[str, Any]:
+        """The answer's images after its text, as image messages; each noted (message id, or why skipped)."""
+        entries = media_entries(d.payload)
+        if not entries:
+            return {}
+        with self.rt.db.connect() as conn:
+            media: dict[str, Any] = dict(outbox.progress_of(conn, d.id).get("media") or {})
+        reply_to = (d.payload or {}).get("reply_to") if d.kind in ("reply", "notice") else None
+        for index, entry in enumerate(entries):
+            if str(index) in media:
+                continue  # sent (or skipped) by an earlier attempt
+            image = read_image(entry, self.rt.config.workspace_path(), MAX_IMAGE_BYTES)
+            if isinstance(image, str):
+                log.warning("feishu (%s): image %d of delivery %d skipped: %s", self.name, index, d.id, image)
+                media[str(index)] = {"skipped": image}
+            else:
+                try:
+                    key = self.api.upload_image(image.data, image.name)
+                    media[str(index)] = self._post(d.chat_id, reply_to, "image", {"image_key": key},
+                                                   part_uuid(f"{d.idempotency_key}-img", index))
+                except FeishuError as exc:
+                    if not exc.permanent:
+                        raise  # the lane retries; the text (same uuids) and the images noted are not sent again
+                    log.warning("feishu (%s): image %d of delivery %d refused: %s", self.name, index, d.id, exc)
+                    media[str(index)] = {"skipped": f"refused ({exc.code})"}
+            with self.rt.db.begin() as conn:
+                outbox.note_progress(conn, d.id, {"media": media})
+        return media
 
     def deliver_voice(self, delivery: Delivery, clip: Any) -> dict | None:
         """A spoken answer: an audio message when the clip is Ogg Opus (what Feishu plays), else a file."""

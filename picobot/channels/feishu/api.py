@@ -196,11 +196,17 @@ class FeishuApi:
         fields = {"file_type": file_type, "file_name": file_name}
         if duration_ms is not None:
             fields["duration"] = str(duration_ms)
-        path = "/open-apis/im/v1/files"
+        return self._upload("/open-apis/im/v1/files", fields, "file", file_name, data, "file_key")
 
+    def upload_image(self, data: bytes, file_name: str) -> str:
+        """Upload an image to send in a message (im/v1/images, multipart, image_type=message); its image_key."""
+        return self._upload("/open-apis/im/v1/images", {"image_type": "message"}, "image", file_name, data,
+                            "image_key")
+
+    def _upload(self, path: str, fields: dict[str, str], field: str, file_name: str, data: bytes, key_name: str) -> str:
         def send(token: str) -> dict:
             try:
-                response = self._client.post(path, data=fields, files={"file": (file_name, data)},
+                response = self._client.post(path, data=fields, files={field: (file_name, data)},
                                              headers={"Authorization": f"Bearer {token}"})
             except httpx.TimeoutException:
                 raise FeishuError(f"feishu POST {path}: timed out") from None
@@ -214,9 +220,9 @@ class FeishuApi:
             if exc.code not in TOKEN_EXPIRED_CODES:
                 raise
             body = send(self._get_token(force=True))
-        key = self._data(body).get("file_key")
+        key = self._data(body).get(key_name)
         if not isinstance(key, str) or not key:
-            raise FeishuError(f"feishu POST {path}: no file_key in the answer")
+            raise FeishuError(f"feishu POST {path}: no {key_name} in the answer")
         return key
 
     def reply(self, message_id: str, msg_type: str, content: dict, uuid: str) -> str:

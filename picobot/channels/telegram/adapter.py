@@ -7,7 +7,9 @@ parse ("can't parse entities") is sent again as its plain text. Telegram has no 
 each part sent is noted on the outbox row (`result.sent`: part index -> message id) right after
 Telegram accepts it: a retried delivery skips those parts. A part is shown twice only if the worker
 dies between Telegram's answer and that note (docs/CHANNELS.md). With `live_updates` the turn's live
-message (live.py) is edited into the answer's first part instead of sending a new one.
+message (live.py) is edited into the answer's first part instead of sending a new one. The answer's
+images (`payload["media"]`, e.g. a browser screenshot) follow the text as photos (sendPhoto), noted on
+the row the same way (`result.media`); one that cannot be sent is skipped with a log line.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from picobot.channels.base import Capabilities, Delivery, DeliveryError, LiveHooks
+from picobot.channels.outbound import media_entries, read_image
 from picobot.channels.telegram.api import TelegramApi, TelegramError
 from picobot.channels.telegram.config import TelegramConfig
 from picobot.channels.telegram.inbound import message_id_of
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("picobot.channels.telegram")
 
 LIVE_WAIT_SECS = 5.0  # how long deliver() waits for a live message being sent
+MAX_PHOTO_BYTES = 10 * 1024 * 1024  # Telegram's limit for a photo sent by upload
 
 
 def _decode(raw: Any) -> str | None:
@@ -88,7 +92,7 @@ class TelegramAdapter:
             live_id = self._finish_live(chat_id, str(turn_id), parts[0])
             if live_id is not None:
                 sent["0"] = live_id
-                self._note(d, sent, chat_id)
+                self._note(d, sent, chat_id, progress.get("media"))
         buttons = payload.get("buttons") if isinstance(payload.get("buttons"), list) else None
         for index, part in enumerate(parts):
             if str(index) in sent:
@@ -97,8 +101,34 @@ class TelegramAdapter:
             message_id, chat_id = self._send(chat_id, part, html=not plain, reply_to=reply_to if index == 0 else None,
                                              buttons=last)
             sent[str(index)] = message_id
-            self._note(d, sent, chat_id)
-        return {"message_ids": [sent[str(i)] for i in range(len(parts))], "sent": sent, "chat_id": chat_id}
+            self._note(d, sent, chat_id, progress.get("media"))
+        media = self._photos(d, sent, chat_id, dict(progress.get("media") or {}))
+        result: dict[str, Any] = {"message_ids": [sent[str(i)] for i in range(len(parts))], "sent": sent,
+                                  "chat_id": chat_id}
+        if media:
+            result["media"] = media
+        return result
+
+    def _photos(self, d: Delivery, sent: dict[str, int], chat_id: str, media: dict[str, Any]) -> dict[str, Any]:
+        """The answer's images as photos after its text; each noted (message id, or why skipped) once handled."""
+        for index, entry in enumerate(media_entries(d.payload)):
+            if str(index) in media:
+                continue  # sent (or skipped) by an earlier attempt
+            image = read_image(entry, self.rt.config.workspace_path(), MAX_PHOTO_BYTES)
+            if isinstance(image, str):
+                log.warning("telegram (%s): image %d of delivery %d skipped: %s", self.name, index, d.id, image)
+                media[str(index)] = {"skipped": image}
+            else:
+                try:
+                    media[str(index)] = self.api.send_photo(chat_id, image.data, filename=image.name, mime=image.mime)
+                except TelegramError as exc:
+                    if not exc.permanent:
+                        raise  # the lane retries; the text and the photos noted are not sent again
+                    log.warning("telegram (%s): image %d of delivery %d refused: %s", self.name, index, d.id,
+                                exc.description[:200] or exc.code)
+                    media[str(index)] = {"skipped": f"refused ({exc.code})"}
+            self._note(d, sent, chat_id, media)
+        return media
 
     def deliver_voice(self, delivery: Delivery, clip: Any) -> dict | None:
         """A spoken answer: a voice note when the clip is Ogg Opus, else an audio file (no converter here)."""
@@ -113,9 +143,12 @@ class TelegramAdapter:
                                 code=None if exc.code is None else str(exc.code)) from None
         return {"message_ids": [message_id], "voice_note": voice_note, "bytes": len(clip.data)}
 
-    def _note(self, d: Delivery, sent: dict[str, int], chat_id: str) -> None:
+    def _note(self, d: Delivery, sent: dict[str, int], chat_id: str, media: Any = None) -> None:
+        progress: dict[str, Any] = {"sent": sent, "chat_id": chat_id}
+        if media:
+            progress["media"] = media
         with self.rt.db.begin() as conn:
-            outbox.note_progress(conn, d.id, {"sent": sent, "chat_id": chat_id})
+            outbox.note_progress(conn, d.id, progress)
 
     def _send(self, chat_id: str, part: str, *, html: bool, reply_to: int | None,
               buttons: list[list[str]] | None = None) -> tuple[int, str]:

@@ -224,6 +224,11 @@ class TelegramApi:
                              {field: (filename, data, mime)})
         return int(result.get("message_id") or 0) if isinstance(result, dict) else 0
 
+    def send_photo(self, chat_id: str, data: bytes, *, filename: str, mime: str) -> int:
+        """A photo uploaded with the request (sendPhoto, multipart); its message id."""
+        result = self.upload("sendPhoto", {"chat_id": chat_id}, {"photo": (filename, data, mime)})
+        return int(result.get("message_id") or 0) if isinstance(result, dict) else 0
+
     def get_file(self, file_id: str) -> dict[str, Any]:
         result = self.call("getFile", {"file_id": file_id})
         return result if isinstance(result, dict) else {}

@@ -7,8 +7,8 @@ context_token (kept by intake.py). The delivery window: iLink takes a bot's mess
 of the user's last one (and answers -2 otherwise). A scheduled or background message (`message`
 kind) to a user outside the window, or any send answered -2, is held — outbox `deferred` — and
 released when that user writes again, with a line saying it was held. Files named in the payload's
-`media` ([{"path", "name"}]) follow the text, each uploaded to the CDN encrypted (AES-128-ECB) and
-sent as its own image or file item. -14 (the login expired) marks
+`media` ([{"path", "name"}]; only files inside the workspace) follow the text, each uploaded to the
+CDN encrypted (AES-128-ECB) and sent as its own image or file item. -14 (the login expired) marks
 the channel login_required and retries after a minute: a new login makes the retry go through.
 """
 
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from picobot.channels.base import Capabilities, Delivery, DeliveryError, LiveHooks
+from picobot.channels.outbound import media_entries, workspace_file
 from picobot.channels.wechat import creds, state, status
 from picobot.channels.wechat.api import WINDOW, IlinkApi, IlinkError
 from picobot.channels.wechat.config import WeChatConfig
@@ -36,13 +37,17 @@ LOGIN_RETRY_SECS = 60.0
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
 
 
-def _media_paths(payload: Any) -> list[dict[str, Any]]:
-    """`payload["media"]`: [{"path": absolute path the worker can read, "name": optional}] (images and files)."""
-    found = payload.get("media") if isinstance(payload, dict) else None
-    if not isinstance(found, list):
-        return []
-    return [m for m in found
-            if isinstance(m, dict) and isinstance(m.get("path"), str) and Path(m["path"]).is_absolute()]
+def _media_paths(payload: Any, workspace: Path) -> list[dict[str, Any]]:
+    """`payload["media"]`: [{"path": absolute path, "name": optional}] (images and files), those naming a file
+    inside the workspace only (the payload is not trusted); the others are skipped with a log line."""
+    kept: list[dict[str, Any]] = []
+    for index, entry in enumerate(media_entries(payload)):
+        path = workspace_file(entry, workspace)
+        if isinstance(path, str):
+            log.warning("wechat: file %d of a delivery skipped: %s", index, path)
+            continue
+        kept.append({**entry, "path": str(path)})
+    return kept
 
 
 def client_id(row_id: int, part: int) -> str:
@@ -113,7 +118,7 @@ class WeChatAdapter:
         if api is None:
             status.set_state(self.rt.redis, self.name, status.LOGIN_REQUIRED, status.login_hint(self.name))
             raise DeliveryError("WeChat is not logged in", retry_after=LOGIN_RETRY_SECS, code="login_required")
-        parts: list[Any] = [*self._parts(delivery, progress), *_media_paths(delivery.payload)] or ["(empty)"]
+        parts: list[Any] = [*self._parts(delivery, progress), *_media_paths(delivery.payload, self.rt.config.workspace_path())] or ["(empty)"]
         done = int(progress.get("parts_sent") or 0)
         try:
             for index in range(done, len(parts)):
