@@ -99,6 +99,7 @@ def test_a_chat_of_a_dead_host_moves_here_and_the_agent_is_told(rt: Runtime, mon
     placement.forwarded(rt, sid)
     _as_host(monkeypatch, "alpha")
     rt.redis.zadd("picobot:hosts", {"beta": time.time() - 60})  # its last beat, a minute ago
+    rt.redis.set("picobot:hosts:since", time.time() - 120)  # the host set is older than that
     placement.beat(rt.redis, "alpha")
     assert placement.forwarded(rt, sid) is False and rt.queue.turns == []  # type: ignore[attr-defined]
     row = _holder(rt, "c1")
@@ -117,6 +118,21 @@ def test_a_flushed_host_set_moves_nothing(rt: Runtime, monkeypatch: pytest.Monke
     rt.redis.flushall()  # no host has beaten since: this one cannot judge beta dead
     assert placement.forwarded(rt, sid) is True
     assert rt.queue.turns == [(sid, "host.beta")] and _holder(rt, "c1").host == "beta"  # type: ignore[attr-defined]
+
+
+def test_the_first_host_to_beat_after_a_flush_does_not_judge_the_others_dead(rt: Runtime,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    sid = _session(rt, "c1")
+    _as_host(monkeypatch, "beta")
+    placement.forwarded(rt, sid)
+    _as_host(monkeypatch, "alpha")
+    placement.beat(rt.redis, "alpha")
+    placement.beat(rt.redis, "beta")
+    rt.redis.flushall()
+    placement.beat(rt.redis, "alpha")  # alpha beats again first; beta's next beat is up to a beat interval away
+    assert placement.forwarded(rt, sid) is True
+    assert rt.queue.turns == [(sid, "host.beta")] and _holder(rt, "c1").host == "beta"  # type: ignore[attr-defined]
+    assert _notes(rt, sid) == []
 
 
 def test_shared_workspace_storage_turns_placement_off(tmp_path: Path, llm, redis_url: str,  # type: ignore[no-untyped-def]

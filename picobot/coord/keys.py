@@ -35,6 +35,7 @@ CONTROL_CHANNEL = "picobot:control"
 WORKER_PREFIX = "picobot:worker:"
 # Sorted set: worker host id -> time of its workers' last heartbeat (hosts that take turns; placement)
 HOSTS = "picobot:hosts"
+HOSTS_SINCE = "picobot:hosts:since"  # when the first host beat into HOSTS since Redis was last emptied
 MCP_PREFIX = "picobot:mcp:"  # + worker name: a hash of that worker's MCP server states
 SWEEP_LAST = "picobot:sweep:last"
 

@@ -12,8 +12,8 @@ told to the agent in the dialog: the files written before stay on the dead host'
 `tools.workspace_storage` (a folder every host mounts) turns all of this off: every host then works
 in the same files and any worker runs any turn.
 
-A Redis flush empties the host set for one beat: a host that cannot see itself in the set does not
-judge others dead, so a flush never moves a chat.
+A Redis flush empties the host set: no host judges another dead until the set has been kept for
+HOST_TTL_SECS again (`judges`), by which time every live host has beaten, so a flush never moves a chat.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def beat(r: "redis.Redis", host: str) -> None:
     now = time.time()
     with r.pipeline(transaction=False) as pipe:
         pipe.zadd(keys.HOSTS, {host: now})
+        pipe.set(keys.HOSTS_SINCE, now, nx=True)  # when the set was (re)started: a flush empties both
         pipe.zremrangebyscore(keys.HOSTS, 0, now - 86400)  # hosts gone for a day leave the set
         pipe.execute()
 
@@ -74,6 +75,16 @@ def live_hosts(r: "redis.Redis") -> dict[str, float]:
     """Hosts with a heartbeat within HOST_TTL_SECS, with its time."""
     rows: Any = r.zrangebyscore(keys.HOSTS, time.time() - HOST_TTL_SECS, "+inf", withscores=True)
     return {(h.decode() if isinstance(h, bytes) else str(h)): float(at) for h, at in rows}
+
+
+def judges(r: "redis.Redis", me: str, live: dict[str, float]) -> bool:
+    """Whether this host may call a host missing from `live` dead: it sees itself there, and the set
+    has been kept for HOST_TTL_SECS. After a flush, the first host to beat again must not judge the
+    others, which beat again within a heartbeat interval."""
+    if me not in live:
+        return False
+    since: Any = r.get(keys.HOSTS_SINCE)
+    return since is not None and float(since) <= time.time() - HOST_TTL_SECS
 
 
 def where(ports: "Ports", channel: str, chat_id: str) -> dict[str, Any] | None:
@@ -120,7 +131,7 @@ def route(ports: "Ports", session_id: str) -> str | None:
         if holder == me:
             return None
     live = live_hosts(ports.redis)
-    if holder not in live and me in live:  # dead; a host that cannot see itself (a flush) does not judge
+    if holder not in live and judges(ports.redis, me, live):  # dead
         with ports.db.begin() as conn:
             if chat_hosts.move(conn, channel, chat_id, holder, me):
                 _tell_moved(conn, session_id, holder, me)
