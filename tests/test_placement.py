@@ -4,7 +4,6 @@ hosts that share no disk (own homes and workspaces, one PostgreSQL, one Redis), 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,7 +18,8 @@ from picobot.runtime import placement
 from picobot.runtime.services import Runtime
 from picobot.storage import chat_hosts, sessions
 from tests.conftest import add_rule
-from tests.stack import Stack, base_config, wait_for
+from tests.stack import base_config, wait_for
+from tests.two_hosts import OTHER, TwoHosts
 
 
 class _Queue:
@@ -183,44 +183,17 @@ def test_host_ids_become_safe_queue_names(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 @pytest.fixture
-def two_hosts(tmp_path: Path, fake_llm, pg_url: str) -> Iterator[Stack]:  # type: ignore[no-untyped-def]
-    """web + worker `a1` (host alpha, the stack's home) + worker `b1` (host beta, a home of its own)."""
-    stack = Stack(tmp_path, fake_llm.url, database_url=pg_url)
-    cfg = json.loads((stack.home / "config.json").read_text())
-    cfg["gateway"]["turn_lease_secs"] = 4
-    homes = {}
-    for host in ("alpha", "beta"):
-        home = tmp_path / f"home-{host}"
-        home.mkdir()
-        (home / "config.json").write_text(json.dumps({**cfg, "tools": {"workspace": str(tmp_path / f"ws-{host}")}}))
-        homes[host] = home
-    shutil.copy(homes["alpha"] / "config.json", stack.home / "config.json")  # web and beat read it too
-    stack.start_web()
-    stack.start_worker("a1", env={"PICOBOT_HOST_ID": "alpha", "PICOBOT_HOME": str(homes["alpha"])})
-    stack.start_worker("b1", env={"PICOBOT_HOST_ID": "beta", "PICOBOT_HOME": str(homes["beta"])})
-    stack.start_beat()
-    wait_for(lambda: {"alpha", "beta"} <= set(stack.redis().zrange("picobot:hosts", 0, -1)), 20, "hosts never beat")
+def two_hosts(tmp_path: Path, fake_llm, pg_url: str) -> Iterator[TwoHosts]:  # type: ignore[no-untyped-def]
+    stack = TwoHosts(tmp_path, fake_llm.url, database_url=pg_url)
     try:
-        yield stack
+        yield stack.start_hosts()
     finally:
         stack.stop()
 
 
-def _host_of(stack: Stack, chat_id: str) -> str | None:
-    from picobot.storage.db import Database
-
-    db = Database(stack.database_url)
-    try:
-        with db.connect() as conn:
-            row = chat_hosts.get(conn, "cli_chat", chat_id)
-        return None if row is None else str(row.host)
-    finally:
-        db.dispose()
-
-
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_files_written_in_one_turn_are_found_in_later_turns_on_either_host(two_hosts: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+def test_files_written_in_one_turn_are_found_in_later_turns_on_either_host(two_hosts: TwoHosts, llm) -> None:  # type: ignore[no-untyped-def]
     chats = [two_hosts.client(f"chat-{i}") for i in range(6)]
     for i, c in enumerate(chats):
         add_rule(llm, f"save-{i}", {"tool_calls": [{"name": "write", "arguments": {"path": f"note-{i}.txt",
@@ -231,7 +204,7 @@ def test_files_written_in_one_turn_are_found_in_later_turns_on_either_host(two_h
     accepted = [c.say(f"save-{i}") for i, c in enumerate(chats)]
     for c, acc in zip(chats, accepted):
         assert c.wait_completed(acc["seq"], timeout=60)["status"] == "completed"
-    holders = {i: _host_of(two_hosts, f"chat-{i}") for i in range(6)}
+    holders = {i: two_hosts.host_of(f"chat-{i}") for i in range(6)}
     assert set(holders.values()) <= {"alpha", "beta"} and None not in holders.values()
     for _ in range(3):  # later turns arrive on whichever worker takes them
         accepted = [c.say(f"load-{i}") for i, c in enumerate(chats)]
@@ -244,25 +217,25 @@ def test_files_written_in_one_turn_are_found_in_later_turns_on_either_host(two_h
     for msgs in after_read:  # each read found the file its chat wrote, whichever worker took the turn
         asked = next(str(m["content"]) for m in reversed(msgs) if m.get("role") == "user")
         assert f"secret {asked.removeprefix('load-')}" in str(msgs[-1]["content"]), msgs[-1]
-    assert {i: _host_of(two_hosts, f"chat-{i}") for i in range(6)} == holders  # nothing moved
+    assert {i: two_hosts.host_of(f"chat-{i}") for i in range(6)} == holders  # nothing moved
 
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_a_host_killed_mid_turn_moves_its_chat_and_says_so(two_hosts: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+def test_a_host_killed_mid_turn_moves_its_chat_and_says_so(two_hosts: TwoHosts, llm) -> None:  # type: ignore[no-untyped-def]
     c = two_hosts.client("mover")
     add_rule(llm, "first words", {"content": "hello"})
     assert c.wait_completed(c.say("first words")["seq"])["status"] == "completed"
-    holder = _host_of(two_hosts, "mover")
-    survivor = {"alpha": "beta", "beta": "alpha"}[holder]
+    holder = two_hosts.host_of("mover")
+    survivor = OTHER[holder]
     add_rule(llm, "slow one", {"content": "never seen", "delay_ms": 8000}, {"content": "answered after the move"})
     acc = c.say("slow one")
     wait_for(lambda: any("slow one" in json.dumps(r["body"].get("messages", [])[-1:]) for r in llm.requests()), 30,
              "the model never saw the turn")
-    two_hosts.kill({"alpha": "a1", "beta": "b1"}[holder])  # kill -9 the holding host's only worker
+    two_hosts.kill_host(holder)  # kill -9 the holding host's only worker
     done = c.wait_completed(acc["seq"], timeout=90)
     assert done["status"] == "completed" and done["final_text"] == "answered after the move"
-    assert _host_of(two_hosts, "mover") == survivor
+    assert two_hosts.host_of("mover") == survivor
     last = [r for r in llm.requests() if "slow one" in json.dumps(r["body"].get("messages", []))][-1]
     told = [m for m in last["body"]["messages"] if m.get("role") == "system" and "not reachable" in str(m.get("content"))]
     assert told and holder in str(told[0]["content"])  # the agent knows the old files are gone
