@@ -14,7 +14,6 @@ from typing import Any
 
 from sqlalchemy import text
 
-from picobot.config.workspace import chat_workspace
 from picobot.storage.db import Database
 from tests.stack import Stack, wait_for
 
@@ -40,10 +39,9 @@ class TwoHosts(Stack):
     def workspace(self, host: str) -> Path:
         return self.cwd / f"ws-{host}"
 
-    def chat_files(self, host: str, chat_id: str) -> set[str]:
-        """The names of the files in the chat's folder of `host`'s workspace."""
-        folder = chat_workspace(self.workspace(host), "cli_chat", chat_id)
-        return {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    def files(self, host: str, prefix: str) -> set[str]:
+        """The names of the files in `host`'s workspace that start with `prefix`."""
+        return {p.name for p in self.workspace(host).glob(prefix + "*")}
 
     def start_hosts(self) -> "TwoHosts":
         self.start_web()
