@@ -73,7 +73,12 @@ def flood(hosts: TwoHosts, fake_llm) -> Iterator[Flood]:  # type: ignore[no-unty
             add_rule(fake_llm, _tag(i, k), {"tool_calls": calls}, {"content": f"done {i:02d}.{k}"})
     clients = _all_at_once(CHATS, lambda i: hosts.client(_chat(i)))
     by_chat = {c.chat_id: c for c in clients}
-    _all_at_once(CHATS, lambda i: _converse(clients[i], [f"flood {_tag(i, k)}" for k in range(ROUNDS)]))
+
+    def chat(i: int) -> None:  # the first message pins the chat; the next ones come at once, to an idle chat
+        _converse(clients[i], [f"flood {_tag(i, 0)}"])
+        _converse(clients[i], [f"flood {_tag(i, k)}" for k in range(1, ROUNDS)])
+
+    _all_at_once(CHATS, chat)
     result = Flood(by_chat, {chat: host for chat, (host, _) in hosts.holders().items() if chat in by_chat},
                    fake_llm.requests())
     try:
@@ -107,33 +112,34 @@ def test_flood_every_message_answered_once_on_its_chats_host(hosts: TwoHosts, fl
 
 
 def test_same_chat_many_senders_take_turns_one_at_a_time_on_its_host(hosts: TwoHosts, llm) -> None:  # type: ignore[no-untyped-def]
-    senders = 12
-    for j in range(senders):
-        add_rule(llm, f"<crowd {j:02d}>", {"tool_calls": [{"name": "write", "arguments": {"path": f"crowd-{j:02d}.txt",
-                                                                                          "content": f"crowd {j}"}}]},
-                 {"content": f"crowd ok {j:02d}", "delay_ms": 50})
+    senders, waves = 8, 3  # each wave: every sender at once, to an idle chat (its first task lands on either host)
+    asked = [f"<crowd {w}.{j}>" for w in range(waves) for j in range(senders)]
+    for q in asked:
+        add_rule(llm, q, {"tool_calls": [{"name": "write", "arguments": {"path": f"crowd-{q[7:10]}.txt", "content": q}}]},
+                 {"content": f"crowd ok {q[7:10]}", "delay_ms": 50})
     watcher = hosts.client("crowd")
     clients = [hosts.client("crowd") for _ in range(senders)]
     try:
-        accepted = _all_at_once(senders, lambda j: clients[j].say(f"<crowd {j:02d}>", mode="queue"))
-        assert all(a["type"] == "accepted" for a in accepted), accepted
-        seqs = {a["seq"] for a in accepted}
-        assert seqs == set(range(1, senders + 1))
-        answered: set[int] = set()
-        while answered != seqs:
-            done = watcher.recv_until(lambda f: f["type"] == "turn_completed", timeout=60)
-            assert done["status"] == "completed", done
-            answered.update(done["inbound_seqs"])
+        for w in range(waves):
+            accepted = _all_at_once(senders, lambda j: clients[j].say(f"<crowd {w}.{j}>", mode="queue"))
+            assert all(a["type"] == "accepted" for a in accepted), accepted
+            seqs = {a["seq"] for a in accepted}
+            assert seqs == set(range(w * senders + 1, (w + 1) * senders + 1))
+            answered: set[int] = set()
+            while answered != seqs:
+                done = watcher.recv_until(lambda f: f["type"] == "turn_completed", timeout=60)
+                assert done["status"] == "completed", done
+                answered.update(done["inbound_seqs"])
         holder = hosts.host_of("crowd")
         assert holder in HOSTS
-        turns = _answered_once_on(hosts, watcher, holder, senders)
+        turns = _answered_once_on(hosts, watcher, holder, len(asked))
         for before, after in zip(turns, turns[1:]):  # one turn at a time
             assert after["started_at"] >= before["finished_at"], (before, after)
         dialog = _dialog(watcher)
-        asked = [text for role, text in dialog if role == "user"]
-        assert sorted(asked) == sorted(f"<crowd {j:02d}>" for j in range(senders))  # each stored once
-        assert dialog == [x for q in asked for x in (("user", q), ("assistant", f"crowd ok {q[-3:-1]}"))]
-        assert hosts.files(holder, "crowd-") == {f"crowd-{j:02d}.txt" for j in range(senders)}
+        stored = [text for role, text in dialog if role == "user"]
+        assert sorted(stored) == sorted(asked)  # each stored once
+        assert dialog == [x for q in stored for x in (("user", q), ("assistant", f"crowd ok {q[7:10]}"))]
+        assert hosts.files(holder, "crowd-") == {f"crowd-{q[7:10]}.txt" for q in asked}
         assert hosts.files(OTHER[holder], "crowd-") == set()
     finally:
         for c in clients + [watcher]:

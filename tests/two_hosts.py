@@ -23,10 +23,11 @@ OTHER = {"alpha": "beta", "beta": "alpha"}
 
 
 class TwoHosts(Stack):
-    def __init__(self, tmp: Path, llm_url: str, database_url: str | None = None, turn_lease_secs: int = 4):
+    def __init__(self, tmp: Path, llm_url: str, database_url: str | None = None):
+        # the turn lease stays the stack's 6 s: a killed worker's turn comes back once its heartbeat
+        # has expired (7 s) anyway, and a shorter lease is lost by live turns on a loaded machine
         super().__init__(tmp, llm_url, database_url=database_url or f"sqlite:///{tmp / 'home' / 'data' / 'picobot.db'}")
         cfg = json.loads((self.home / "config.json").read_text())
-        cfg["gateway"]["turn_lease_secs"] = turn_lease_secs  # a killed host's turn comes back sooner
         self.homes: dict[str, Path] = {}
         for host in HOSTS:
             home = tmp / f"home-{host}"
