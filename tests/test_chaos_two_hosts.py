@@ -178,6 +178,36 @@ def test_flushall_mid_flood_loses_nothing_and_moves_no_chat(hosts: TwoHosts, flo
         assert f"secret {i:02d}.{k - 1}" in results[0], (asked, results)
 
 
+def test_flushall_while_a_host_is_a_beat_behind_moves_no_chat(hosts: TwoHosts, flood: Flood, llm) -> None:  # type: ignore[no-untyped-def]
+    """The first host to beat after a flush must not judge the other dead: beta is stalled (SIGSTOP,
+    well under the 7 s a host may miss beats) while alpha beats again and takes beta's chats' turns."""
+    k = ROUNDS + 1
+    for i in range(CHATS):
+        add_rule(llm, _tag(i, k), {"content": f"done {i:02d}.{k}"})
+    before = hosts.holders()
+    on_alpha = [chat for chat, host in flood.holders.items() if host == "alpha"]
+    r = hosts.redis()
+    hosts.pause_host("beta")
+    try:
+        r.flushall()
+        wait_for(lambda: r.zscore("picobot:hosts", "alpha") is not None, 10, "alpha never beat after the flush")
+        with ThreadPoolExecutor(1) as pool:
+            talk = pool.submit(_all_at_once, CHATS, lambda i: _converse(flood.clients[_chat(i)], [f"flood {_tag(i, k)}"]))
+            try:  # alpha has taken its tasks (and seen beta's) when its own chats are answered; beta wakes by then
+                wait_for(lambda: all(_answered(hosts, flood.clients[chat], ROUNDS + 2) for chat in on_alpha), 3, "")
+            except TimeoutError:
+                pass
+            hosts.pause_host("beta", pause=False)
+            talk.result()
+    finally:
+        hosts.pause_host("beta", pause=False)
+    assert hosts.holders() == before  # beta was only a beat behind: none of its chats moved
+    for i in range(CHATS):
+        chat, c = _chat(i), flood.clients[_chat(i)]
+        _answered_once_on(hosts, c, flood.holders[chat], ROUNDS + 2)
+        assert _dialog(c)[-2:] == [("user", f"flood {_tag(i, k)}"), ("assistant", f"done {i:02d}.{k}")]
+
+
 def test_kill_9_of_the_holding_host_mid_turn_moves_the_chat_and_reruns_it(hosts: TwoHosts, flood: Flood, llm) -> None:  # type: ignore[no-untyped-def]
     mover = _chat(0)
     victim = flood.holders[mover]
@@ -257,6 +287,10 @@ def _answered_once_on(hosts: TwoHosts, c: WsClient, holder: str, messages: int) 
     assert sorted(seqs) == list(range(1, messages + 1)), turns  # none lost, none answered twice
     assert {t["worker"].split("@")[0] for t in turns} == {WORKER[holder]}, turns
     return completed
+
+
+def _answered(hosts: TwoHosts, c: WsClient, messages: int) -> bool:
+    return sum(len(t["seqs"]) for t in hosts.turns_of(c.session_id) if t["status"] == "completed") >= messages
 
 
 def _history(c: WsClient) -> list[dict[str, Any]]:

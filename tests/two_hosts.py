@@ -9,6 +9,8 @@ may share a SQLite file; the workspaces stay apart, as on two machines.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,10 @@ class TwoHosts(Stack):
     def kill_host(self, host: str) -> None:
         """kill -9 the host's only worker."""
         self.kill(WORKER[host])
+
+    def pause_host(self, host: str, pause: bool = True) -> None:
+        """SIGSTOP the host's worker (a stall: no beat, no work), or SIGCONT it with pause=False."""
+        os.killpg(self.procs[WORKER[host]].pid, signal.SIGSTOP if pause else signal.SIGCONT)
 
     def stop(self) -> None:
         super().stop()
