@@ -247,6 +247,7 @@ def test_kill_9_of_the_holding_host_mid_turn_moves_the_chat_and_reruns_it(hosts:
     assert told and victim in str(told[0]["content"])  # the agent knows the old files are gone
     info = c.command("/info --json")["data"]["worker_host"]
     assert (info["host"], info["moved_from"], info["alive"]) == (survivor, victim, True)
+    assert f"moved from {victim}" in c.command("/info")["text"]
 
 
 # --- helpers ---------------------------------------------------------------------------------

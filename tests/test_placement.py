@@ -1,5 +1,5 @@
-"""Workspaces that follow the chat (runtime/placement.py): the decision in process, then two worker
-hosts that share no disk (own homes and workspaces, one PostgreSQL, one Redis), one of them killed."""
+"""Workspaces that follow the chat (runtime/placement.py): the decision in process. Two worker hosts
+that share no disk, under chaos: tests/test_chaos_two_hosts.py."""
 
 from __future__ import annotations
 
@@ -17,9 +17,7 @@ from picobot.errors import ConfigError
 from picobot.runtime import placement
 from picobot.runtime.services import Runtime
 from picobot.storage import chat_hosts, sessions
-from tests.conftest import add_rule
-from tests.stack import base_config, wait_for
-from tests.two_hosts import OTHER, TwoHosts
+from tests.stack import base_config
 
 
 class _Queue:
@@ -179,67 +177,5 @@ def test_host_ids_become_safe_queue_names(monkeypatch: pytest.MonkeyPatch) -> No
         placement.host_id.cache_clear()
 
 
-# --- two worker hosts that share no disk -------------------------------------------------------
-
-
-@pytest.fixture
-def two_hosts(tmp_path: Path, fake_llm, pg_url: str) -> Iterator[TwoHosts]:  # type: ignore[no-untyped-def]
-    stack = TwoHosts(tmp_path, fake_llm.url, database_url=pg_url)
-    try:
-        yield stack.start_hosts()
-    finally:
-        stack.stop()
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_files_written_in_one_turn_are_found_in_later_turns_on_either_host(two_hosts: TwoHosts, llm) -> None:  # type: ignore[no-untyped-def]
-    chats = [two_hosts.client(f"chat-{i}") for i in range(6)]
-    for i, c in enumerate(chats):
-        add_rule(llm, f"save-{i}", {"tool_calls": [{"name": "write", "arguments": {"path": f"note-{i}.txt",
-                                                                                   "content": f"secret {i}"}}]},
-                 {"content": f"saved {i}"})
-        add_rule(llm, f"load-{i}", {"tool_calls": [{"name": "read", "arguments": {"path": f"note-{i}.txt"}}]},
-                 {"content": f"loaded {i}"}, repeat=True)
-    accepted = [c.say(f"save-{i}") for i, c in enumerate(chats)]
-    for c, acc in zip(chats, accepted):
-        assert c.wait_completed(acc["seq"], timeout=60)["status"] == "completed"
-    holders = {i: two_hosts.host_of(f"chat-{i}") for i in range(6)}
-    assert set(holders.values()) <= {"alpha", "beta"} and None not in holders.values()
-    for _ in range(3):  # later turns arrive on whichever worker takes them
-        accepted = [c.say(f"load-{i}") for i, c in enumerate(chats)]
-        for c, acc in zip(chats, accepted):
-            assert c.wait_completed(acc["seq"], timeout=60)["status"] == "completed"
-    after_read = [r["body"]["messages"] for r in llm.requests()
-                  if r["body"].get("messages") and r["body"]["messages"][-1].get("role") == "tool"
-                  and any(str(m.get("content")).startswith("load-") for m in r["body"]["messages"][-3:])]
-    assert len(after_read) == 18, len(after_read)
-    for msgs in after_read:  # each read found the file its chat wrote, whichever worker took the turn
-        asked = next(str(m["content"]) for m in reversed(msgs) if m.get("role") == "user")
-        assert f"secret {asked.removeprefix('load-')}" in str(msgs[-1]["content"]), msgs[-1]
-    assert {i: two_hosts.host_of(f"chat-{i}") for i in range(6)} == holders  # nothing moved
-
-
-@pytest.mark.slow
-@pytest.mark.postgres
-def test_a_host_killed_mid_turn_moves_its_chat_and_says_so(two_hosts: TwoHosts, llm) -> None:  # type: ignore[no-untyped-def]
-    c = two_hosts.client("mover")
-    add_rule(llm, "first words", {"content": "hello"})
-    assert c.wait_completed(c.say("first words")["seq"])["status"] == "completed"
-    holder = two_hosts.host_of("mover")
-    survivor = OTHER[holder]
-    add_rule(llm, "slow one", {"content": "never seen", "delay_ms": 8000}, {"content": "answered after the move"})
-    acc = c.say("slow one")
-    wait_for(lambda: any("slow one" in json.dumps(r["body"].get("messages", [])[-1:]) for r in llm.requests()), 30,
-             "the model never saw the turn")
-    two_hosts.kill_host(holder)  # kill -9 the holding host's only worker
-    done = c.wait_completed(acc["seq"], timeout=90)
-    assert done["status"] == "completed" and done["final_text"] == "answered after the move"
-    assert two_hosts.host_of("mover") == survivor
-    last = [r for r in llm.requests() if "slow one" in json.dumps(r["body"].get("messages", []))][-1]
-    told = [m for m in last["body"]["messages"] if m.get("role") == "system" and "not reachable" in str(m.get("content"))]
-    assert told and holder in str(told[0]["content"])  # the agent knows the old files are gone
-    info = c.command("/info --json")["data"]["worker_host"]
-    assert (info["host"], info["moved_from"]) == (survivor, holder)
-    history = c.command("/info")["text"]
-    assert f"moved from {holder}" in history
+# Two worker hosts that share no disk (files found in later turns whichever worker takes them, a
+# host killed mid-turn): tests/test_chaos_two_hosts.py, on SQLite and PostgreSQL.
