@@ -75,17 +75,29 @@ class Stack:
         self.procs[name] = proc
         return proc
 
-    def start_web(self) -> None:
+    def start_web(self, wait: bool = True) -> None:
         self._spawn("web", ["web", "--bind", f"127.0.0.1:{self.port}"])
+        if wait:
+            self.wait_web()
+
+    def wait_web(self) -> None:
         wait_for(lambda: self._http_ok("/health"), 30, "web did not start")
 
     def start_worker(self, name: str = "w1", concurrency: int = 50, nice: int = 0,
-                     env: dict[str, str] | None = None) -> subprocess.Popen:
+                     env: dict[str, str] | None = None, wait: bool = True) -> subprocess.Popen:
         """`nice`: the niceness `picobot up` gives its workers (the benchmarks run them as deployed).
-        `env`: overrides for this worker (another host: PICOBOT_HOST_ID and a home of its own)."""
+        `env`: overrides for this worker (another host: PICOBOT_HOST_ID and a home of its own).
+        `wait=False`: return at once (processes started together start sooner); `wait_workers` then."""
         proc = self._spawn(name, ["worker", "-c", str(concurrency), "-n", f"{name}@%h"], nice=nice, env=env)
-        wait_for(lambda: any(n.startswith(f"{name}@") for n in self.workers_alive()), 40, f"worker {name} did not start")
+        if wait:
+            self.wait_workers(name)
         return proc
+
+    def wait_workers(self, *names: str) -> None:
+        def up() -> bool:
+            alive = self.workers_alive()
+            return all(any(n.startswith(f"{name}@") for n in alive) for name in names)
+        wait_for(up, 60 if len(names) > 1 else 40, f"workers {', '.join(names)} did not start")
 
     def start_beat(self) -> None:
         self._spawn("beat", ["beat"])

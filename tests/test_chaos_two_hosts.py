@@ -135,6 +135,7 @@ def test_same_chat_many_senders_take_turns_one_at_a_time_on_its_host(hosts: TwoH
         turns = _answered_once_on(hosts, watcher, holder, len(asked))
         for before, after in zip(turns, turns[1:]):  # one turn at a time
             assert after["started_at"] >= before["finished_at"], (before, after)
+        assert [s for t in turns for s in t["seqs"]] == list(range(1, len(asked) + 1))  # in the order accepted
         dialog = _dialog(watcher)
         stored = [text for role, text in dialog if role == "user"]
         assert sorted(stored) == sorted(asked)  # each stored once

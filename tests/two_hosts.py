@@ -47,15 +47,18 @@ class TwoHosts(Stack):
         return {p.name for p in self.workspace(host).glob(prefix + "*")}
 
     def start_hosts(self) -> "TwoHosts":
-        self.start_web()
+        """Every process at once (they start sooner together), then wait until all serve."""
+        self.start_web(wait=False)
         for host in HOSTS:
-            self.start_host(host)
+            self.start_host(host, wait=False)
         self.start_beat()
+        self.wait_web()
+        self.wait_workers(*WORKER.values())
         wait_for(lambda: set(HOSTS) <= set(self.redis().zrange("picobot:hosts", 0, -1)), 20, "hosts never beat")
         return self
 
-    def start_host(self, host: str) -> None:
-        self.start_worker(WORKER[host], env={"PICOBOT_HOST_ID": host, "PICOBOT_HOME": str(self.homes[host])})
+    def start_host(self, host: str, wait: bool = True) -> None:
+        self.start_worker(WORKER[host], env={"PICOBOT_HOST_ID": host, "PICOBOT_HOME": str(self.homes[host])}, wait=wait)
 
     def kill_host(self, host: str) -> None:
         """kill -9 the host's only worker."""
