@@ -80,8 +80,8 @@ class Stack:
         if wait:
             self.wait_web()
 
-    def wait_web(self) -> None:
-        wait_for(lambda: self._http_ok("/health"), 30, "web did not start")
+    def wait_web(self, timeout: float = 30) -> None:
+        wait_for(lambda: self._http_ok("/health"), timeout, "web did not start")
 
     def start_worker(self, name: str = "w1", concurrency: int = 50, nice: int = 0,
                      env: dict[str, str] | None = None, wait: bool = True) -> subprocess.Popen:

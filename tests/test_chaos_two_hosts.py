@@ -91,6 +91,7 @@ def flood(hosts: TwoHosts, fake_llm) -> Iterator[Flood]:  # type: ignore[no-unty
 # --- the scenarios, in order -----------------------------------------------------------------
 
 
+@pytest.mark.timeout(360)  # its setup starts the stack and runs the flood: minutes on a busy 2-core machine
 def test_flood_every_message_answered_once_on_its_chats_host(hosts: TwoHosts, flood: Flood) -> None:
     assert sorted(flood.holders) == sorted(_chat(i) for i in range(CHATS))
     assert set(flood.holders.values()) == set(HOSTS), flood.holders  # new chats spread over both hosts

@@ -52,7 +52,7 @@ class TwoHosts(Stack):
         for host in HOSTS:
             self.start_host(host, wait=False)
         self.start_beat()
-        self.wait_web()
+        self.wait_web(60)  # four processes starting on a busy machine
         self.wait_workers(*WORKER.values())
         wait_for(lambda: set(HOSTS) <= set(self.redis().zrange("picobot:hosts", 0, -1)), 20, "hosts never beat")
         return self
