@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +21,8 @@ import httpx
 import websocket
 
 from picobot.cli.embedded_redis import free_port, start_embedded
+from picobot.config.home import default_database_url
+from picobot.storage.db import Database
 
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-test-" + "S3CRETKEY" * 3  # must never show up in logs, frames or the database
@@ -37,6 +41,33 @@ def base_config(llm_url: str, port: int, **gateway: Any) -> dict[str, Any]:
         # tests about something else (tests/test_titles.py turns them on)
         "titles": {"enabled": False},
     }
+
+
+_schema_template: list[Path] = []  # one migrated SQLite file per test process, copied into each stack's home
+
+
+def migrated(database_url: str | None, home: Path) -> None:
+    """The stack's database at the newest schema, as `picobot migrate` leaves it: PostgreSQL migrated in this
+    process (no interpreter start per stack); SQLite a copy of a file migrated once per test process.
+    The command itself still runs in the tests that start processes the way a deployment does."""
+    if database_url:
+        db = Database(database_url)
+        try:
+            db.migrate()
+        finally:
+            db.dispose()
+        return
+    if not _schema_template:
+        template = Path(tempfile.mkdtemp(prefix="picobot-schema-")) / "picobot.db"
+        db = Database(f"sqlite:///{template}")
+        try:
+            db.migrate()
+        finally:
+            db.dispose()
+        _schema_template.append(template)
+    target = Path(default_database_url(home).removeprefix("sqlite:///"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_schema_template[0], target)
 
 
 class Stack:
@@ -59,8 +90,7 @@ class Stack:
             self.env["DATABASE_URL"] = database_url
         self.procs: dict[str, subprocess.Popen] = {}
         self._log_files: list[Any] = []
-        subprocess.run([sys.executable, "-m", "picobot", "migrate"], env=self.env, check=True,
-                       capture_output=True, cwd=tmp)
+        migrated(database_url, self.home)
         self.cwd = tmp
         Stack.live.append(self)
 
