@@ -23,13 +23,17 @@ from tests.stack import Stack, base_config, wait_for
 
 
 class _Queue:
-    """The TaskQueue seam, recording the turns sent on."""
+    """The TaskQueue seam, recording the turns and compactions sent on."""
 
     def __init__(self) -> None:
         self.turns: list[tuple[str, str]] = []
+        self.compactions: list[tuple[str, bool, str]] = []
 
     def enqueue_turn(self, session_id: str, queue: str = "turns") -> None:
         self.turns.append((session_id, queue))
+
+    def enqueue_compaction(self, session_id: str, force: bool = False, queue: str = "maintenance") -> None:
+        self.compactions.append((session_id, force, queue))
 
     def __getattr__(self, name: str) -> Any:  # the other queue ports are not used here
         return lambda *a, **k: None
@@ -38,6 +42,13 @@ class _Queue:
 def _as_host(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
     monkeypatch.setenv(placement.HOST_ENV, host)
     placement.host_id.cache_clear()
+    monkeypatch.setattr(placement, "_serving", placement._UNSET)  # as a process that never said: it serves
+
+
+def _not_serving(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
+    """This process is a worker of `host` that does not take turns (e.g. `-Q scheduled` only)."""
+    _as_host(monkeypatch, host)
+    placement.serve(None)
 
 
 @pytest.fixture
@@ -117,6 +128,68 @@ def test_a_flushed_host_set_moves_nothing(rt: Runtime, monkeypatch: pytest.Monke
     rt.redis.flushall()  # no host has beaten since: this one cannot judge beta dead
     assert placement.forwarded(rt, sid) is True
     assert rt.queue.turns == [(sid, "host.beta")] and _holder(rt, "c1").host == "beta"  # type: ignore[attr-defined]
+
+
+def test_a_worker_that_takes_no_turns_never_pins_a_chat_to_its_host(rt: Runtime,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    _not_serving(monkeypatch, "gamma")
+    sid = _session(rt, "c1")
+    assert placement.route(rt, sid) == "turns" and _holder(rt, "c1") is None  # no host known: `turns` decides
+    placement.beat(rt.redis, "gamma")  # its host beats, but without a load: it serves no turns
+    placement.beat(rt.redis, "alpha", "t1@alpha", running=1, slots=4)
+    assert placement.forwarded(rt, sid) is True
+    assert rt.queue.turns == [(sid, "host.alpha")] and _holder(rt, "c1").host == "alpha"  # type: ignore[attr-defined]
+
+
+def test_a_worker_that_takes_no_turns_leaves_a_dead_hosts_chat_to_one_that_does(rt: Runtime,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    sid = _session(rt, "c1")
+    _as_host(monkeypatch, "beta")
+    placement.forwarded(rt, sid)  # pinned to beta
+    _not_serving(monkeypatch, "gamma")
+    rt.redis.zadd("picobot:hosts", {"beta": time.time() - 60})
+    placement.beat(rt.redis, "gamma")
+    assert placement.route(rt, sid) == "turns"
+    row = _holder(rt, "c1")
+    assert (row.host, row.moved_from) == ("beta", None) and _notes(rt, sid) == []
+
+
+def test_a_new_chat_goes_to_a_clearly_less_loaded_host(rt: Runtime) -> None:
+    placement.beat(rt.redis, "alpha", "a1@x", running=7, slots=8)
+    placement.beat(rt.redis, "alpha", "a2@x", running=5, slots=8)  # alpha: 12 of 16 slots busy
+    placement.beat(rt.redis, "beta", "b1@y", running=2, slots=8)
+    view = placement.hosts(rt.redis)
+    assert view.load == {"alpha": 0.75, "beta": 0.25}
+    sid = _session(rt, "c1")
+    assert placement.forwarded(rt, sid) is True
+    assert rt.queue.turns == [(sid, "host.beta")] and _holder(rt, "c1").host == "beta"  # type: ignore[attr-defined]
+    placement.beat(rt.redis, "beta", "b1@y", running=6, slots=8)  # 0.75 - 0.625: not clearly less
+    other = _session(rt, "c2")
+    assert placement.forwarded(rt, other) is False and _holder(rt, "c2").host == "alpha"
+
+
+def test_a_dead_or_stale_host_is_not_chosen(rt: Runtime) -> None:
+    placement.beat(rt.redis, "alpha", "a1@x", running=8, slots=8)
+    placement.beat(rt.redis, "beta", "b1@y", running=0, slots=8)
+    rt.redis.zadd("picobot:hosts", {"beta": time.time() - 60})  # beta stopped beating
+    assert placement.hosts(rt.redis).load == {"alpha": 1.0}
+    sid = _session(rt, "c1")
+    assert placement.forwarded(rt, sid) is False and _holder(rt, "c1").host == "alpha"
+
+
+def test_compaction_runs_on_the_host_holding_the_chat(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    from picobot.memory.compactor import run_background
+
+    sid = _session(rt, "c1")
+    _as_host(monkeypatch, "beta")
+    placement.forwarded(rt, sid)  # pinned to beta
+    placement.beat(rt.redis, "beta")
+    _as_host(monkeypatch, "alpha")
+    placement.beat(rt.redis, "alpha")
+    assert run_background(rt, sid, force=True).status == "forwarded"  # type: ignore[arg-type]
+    assert rt.queue.compactions == [(sid, True, "host.beta")]  # type: ignore[attr-defined]
+    _as_host(monkeypatch, "beta")
+    assert run_background(rt, sid, force=True).status != "forwarded"  # type: ignore[arg-type]
 
 
 def test_shared_workspace_storage_turns_placement_off(tmp_path: Path, llm, redis_url: str,  # type: ignore[no-untyped-def]

@@ -35,6 +35,8 @@ CONTROL_CHANNEL = "picobot:control"
 WORKER_PREFIX = "picobot:worker:"
 # Sorted set: worker host id -> time of its workers' last heartbeat (hosts that take turns; placement)
 HOSTS = "picobot:hosts"
+# Hash: "<host> <worker>" -> "<running turns> <turn slots> <time>" of each turn-taking worker (placement)
+HOST_LOAD = "picobot:hosts:load"
 MCP_PREFIX = "picobot:mcp:"  # + worker name: a hash of that worker's MCP server states
 SWEEP_LAST = "picobot:sweep:last"
 
