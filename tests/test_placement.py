@@ -327,3 +327,41 @@ def test_a_host_killed_mid_turn_moves_its_chat_and_says_so(two_hosts: Stack, llm
     assert (info["host"], info["moved_from"]) == (survivor, holder)
     history = c.command("/info")["text"]
     assert f"moved from {holder}" in history
+
+
+@pytest.mark.slow
+def test_a_scheduled_only_worker_sends_a_jobs_turn_to_a_host_that_takes_turns(tmp_path: Path, fake_llm) -> None:  # type: ignore[no-untyped-def]
+    """Worker t1 (host alpha) takes turns; worker g1 (host gamma, a home of its own) takes only the
+    scheduled queue, so it fires the job and gets the job's turn, which it must not pin to gamma."""
+    import httpx
+
+    stack = Stack(tmp_path, fake_llm.url)
+    try:
+        stack.start_web()
+        stack._spawn("t1", ["worker", "-c", "4", "-n", "t1@%h", "-Q", "turns,maintenance,subagents,outbound"],
+                     env={"PICOBOT_HOST_ID": "alpha"})
+        gamma = tmp_path / "home-gamma"
+        gamma.mkdir()
+        shutil.copy(stack.home / "config.json", gamma / "config.json")
+        stack._spawn("g1", ["worker", "-c", "2", "-n", "g1@%h", "-Q", "scheduled"],
+                     env={"PICOBOT_HOST_ID": "gamma", "PICOBOT_HOME": str(gamma),
+                          "DATABASE_URL": stack.database_url})
+        stack.start_beat()
+        r = stack.redis()
+        wait_for(lambda: len([n for n in stack.workers_alive() if n.startswith(("t1@", "g1@"))]) == 2, 40,
+                 "workers did not start")
+        wait_for(lambda: "alpha" in r.zrange("picobot:hosts", 0, -1), 20, "alpha never beat")
+        with httpx.Client(base_url=stack.http, headers={"Authorization": f"Bearer {stack.token}"}, timeout=20) as c:
+            resp = c.post("/api/jobs", json={"id": "g.once", "kind": "agent_task",
+                                             "schedule": {"type": "delay", "seconds": 1},
+                                             "target": {"channel": "cli_chat", "chat_id": "job-chat"},
+                                             "payload": {"prompt": "scheduled hello"}})
+            assert resp.status_code == 201, resp.text
+            wait_for(lambda: _host_of(stack, "job-chat"), 60, "the job's chat was never placed")
+        assert _host_of(stack, "job-chat") == "alpha"
+        wait_for(lambda: any("scheduled hello" in json.dumps(q["body"].get("messages", [])) for q in fake_llm.requests()),
+                 60, "the job's turn never reached the model")
+        loads = {k.split(" ")[0]: v.split()[1] for k, v in r.hgetall("picobot:hosts:load").items()}
+        assert loads == {"alpha": "4"}  # turn slots of the one worker that takes turns; gamma takes none
+    finally:
+        stack.stop()
