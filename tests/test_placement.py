@@ -76,6 +76,11 @@ def _holder(rt: Runtime, chat_id: str) -> Any:
         return chat_hosts.get(conn, "cli_chat", chat_id)
 
 
+def _settled(rt: Runtime) -> None:
+    """The host set began HOST_TTL_SECS ago (every live host has beaten in it since)."""
+    rt.redis.set("picobot:hosts:since", time.time() - placement.HOST_TTL_SECS - 1)
+
+
 def _notes(rt: Runtime, session_id: str) -> list[str]:
     with rt.db.connect() as conn:
         rows = conn.execute(text("SELECT content FROM messages WHERE session_id = :s AND marker = 'host_moved'"),
@@ -111,6 +116,7 @@ def test_a_chat_of_a_dead_host_moves_here_and_the_agent_is_told(rt: Runtime, mon
     _as_host(monkeypatch, "alpha")
     rt.redis.zadd("picobot:hosts", {"beta": time.time() - 60})  # its last beat, a minute ago
     placement.beat(rt.redis, "alpha")
+    _settled(rt)
     assert placement.forwarded(rt, sid) is False and rt.queue.turns == []  # type: ignore[attr-defined]
     row = _holder(rt, "c1")
     assert (row.host, row.moved_from) == ("alpha", "beta") and row.moved_at
@@ -127,7 +133,11 @@ def test_a_flushed_host_set_moves_nothing(rt: Runtime, monkeypatch: pytest.Monke
     _as_host(monkeypatch, "alpha")
     rt.redis.flushall()  # no host has beaten since: this one cannot judge beta dead
     assert placement.forwarded(rt, sid) is True
-    assert rt.queue.turns == [(sid, "host.beta")] and _holder(rt, "c1").host == "beta"  # type: ignore[attr-defined]
+    placement.beat(rt.redis, "alpha")  # alpha beats again first; beta's beat is due within 2 s
+    assert placement.forwarded(rt, sid) is True
+    assert rt.queue.turns == [(sid, "host.beta")] * 2 and _holder(rt, "c1").host == "beta"  # type: ignore[attr-defined]
+    _settled(rt)  # a host set as old as a host's TTL without beta: beta is dead
+    assert placement.forwarded(rt, sid) is False and _holder(rt, "c1").host == "alpha"
 
 
 def test_a_worker_that_takes_no_turns_never_pins_a_chat_to_its_host(rt: Runtime,

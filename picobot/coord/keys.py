@@ -37,6 +37,7 @@ WORKER_PREFIX = "picobot:worker:"
 HOSTS = "picobot:hosts"
 # Hash: "<host> <worker>" -> "<running turns> <turn slots> <time>" of each turn-taking worker (placement)
 HOST_LOAD = "picobot:hosts:load"
+HOSTS_SINCE = "picobot:hosts:since"  # time of the host set's first beat (again after a flush)
 MCP_PREFIX = "picobot:mcp:"  # + worker name: a hash of that worker's MCP server states
 SWEEP_LAST = "picobot:sweep:last"
 

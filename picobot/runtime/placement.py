@@ -17,8 +17,10 @@ told to the agent in the dialog: the files written before stay on the dead host'
 `tools.workspace_storage` (a folder every host mounts) turns all of this off: every host then works
 in the same files and any worker runs any turn.
 
-A Redis flush empties the host set for one beat: a host that cannot see itself in the set does not
-judge others dead, so a flush never moves a chat.
+A Redis flush (or a Redis that lost its data) empties the host set, and the hosts come back into it
+one beat after the other: no host is judged dead until the set is HOST_TTL_SECS old (the time of its
+first beat, `picobot:hosts:since`), by when every live host has beaten again; so a flush never moves a
+chat.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ def beat(r: "redis.Redis", host: str, worker: str | None = None, running: int = 
     with r.pipeline(transaction=False) as pipe:
         pipe.zadd(keys.HOSTS, {host: now})
         pipe.zremrangebyscore(keys.HOSTS, 0, now - 86400)  # hosts gone for a day leave the set
+        pipe.set(keys.HOSTS_SINCE, f"{now:.3f}", nx=True)  # the set's first beat (again after a flush)
         if worker and slots > 0:
             pipe.hset(keys.HOST_LOAD, f"{host} {worker}", f"{int(running)} {int(slots)} {now:.3f}")
         pipe.execute()
@@ -121,6 +124,7 @@ class Hosts:
 
     live: dict[str, float]
     load: dict[str, float] = field(default_factory=dict)
+    settled: bool = False  # the set is HOST_TTL_SECS old: a host missing from it is dead, not yet to beat
 
 
 def live_hosts(r: "redis.Redis") -> dict[str, float]:
@@ -133,21 +137,30 @@ def hosts(r: "redis.Redis", with_load: bool = True) -> Hosts:
     since = time.time() - HOST_TTL_SECS
     with r.pipeline(transaction=False) as pipe:
         pipe.zrangebyscore(keys.HOSTS, since, "+inf", withscores=True)
+        pipe.get(keys.HOSTS_SINCE)
         if with_load:
             pipe.hgetall(keys.HOST_LOAD)
         found: list[Any] = pipe.execute()
     live = {(h.decode() if isinstance(h, bytes) else str(h)): float(at) for h, at in found[0]}
+    settled = found[1] is not None and _float(found[1]) <= since
     if not with_load:
-        return Hosts(live)
+        return Hosts(live, settled=settled)
     busy: dict[str, list[int]] = {}
-    for fld, value in found[1].items():
+    for fld, value in found[2].items():
         host = (fld.decode() if isinstance(fld, bytes) else str(fld)).split(" ", 1)[0]
         parsed = _parse_load(value)
         if host in live and parsed is not None and parsed[2] >= since and parsed[1] > 0:
             acc = busy.setdefault(host, [0, 0])
             acc[0] += parsed[0]
             acc[1] += parsed[1]
-    return Hosts(live, {h: running / slots for h, (running, slots) in busy.items()})
+    return Hosts(live, {h: running / slots for h, (running, slots) in busy.items()}, settled)
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value.decode() if isinstance(value, bytes) else value)
+    except ValueError:
+        return float("inf")
 
 
 def choose(view: Hosts, me: str | None) -> str | None:
@@ -223,7 +236,7 @@ def route(ports: "Ports", session_id: str) -> str | None:
         return host_queue(holder)
     if me is None:
         return QUEUE_TURNS  # the holder is dead: a worker that serves its host takes the chat over
-    if me not in view.live:  # a host that cannot see itself (a flush) does not judge others dead
+    if me not in view.live or not view.settled:  # just after a flush: the holder may not have beaten yet
         return host_queue(holder)
     with ports.db.begin() as conn:
         if chat_hosts.move(conn, channel, chat_id, holder, me):
