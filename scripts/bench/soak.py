@@ -9,16 +9,29 @@ the caches keep (20,000 / 25 = 800 dialogs against 200 cached) and every per-dia
 exercised at its bound. Growth is read after the warm-up (--warmup turns, default 3,000: the caches
 fill, the allocator settles): the end's RSS against the RSS at the warm-up's end, in MB and in MB per
 1,000 turns over the last half (a leak keeps a slope there; a bound does not).
+
+--tracemalloc starts tracemalloc in the worker at the warm-up's end and prints what was allocated after
+it and is still held at the end, by line and by traceback (slower: for finding a leak).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 from picobot.runtime import history_cache
-from scripts.bench.common import Bench, Result, log, main, rss_mb, running_stack, table, timed_turn
+from scripts.bench.common import (
+    BENCH_GATEWAY, ROOT, Bench, FakeLLMProcess, Result, Stack, log, main, rss_mb, running_stack, table, timed_turn,
+)
 
 NAME = "soak"
 MARK = "BENCH-SOAK"
@@ -31,14 +44,106 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--turns-per-chat", type=int, default=25, help="turns before a client moves to a new chat (25)")
     p.add_argument("--warmup", type=int, default=3000, help="turns before growth is measured (default 3,000)")
     p.add_argument("--worker-concurrency", type=int, default=32, help="worker threads (default 32)")
+    p.add_argument("--tracemalloc", action="store_true", help="the worker under tracemalloc: what it still holds "
+                   "of what it allocated after the warm-up")
 
 
 def run(args: argparse.Namespace) -> Result:
+    if args.tracemalloc:
+        with _traced_stack(args) as (bench, snaps):
+            res = measure(bench, args, snaps)
+            res.details += "\n" + _compare(snaps)
+            return res
     with running_stack(NAME, worker_concurrency=args.worker_concurrency, keep=args.keep) as bench:
         return measure(bench, args)
 
 
-def measure(bench: Bench, args: argparse.Namespace) -> Result:
+@contextmanager
+def _traced_stack(args: argparse.Namespace) -> Iterator[tuple[Bench, Path]]:
+    """web + beat + a worker started through `traced-worker` (below), which writes tracemalloc snapshots
+    when asked (a file `want-N` in the snapshot folder)."""
+    from picobot.cli.processes import worker_argv
+    from tests.stack import wait_for
+
+    tmp = Path(tempfile.mkdtemp(prefix="picobot-bench-soak-"))
+    snaps = tmp / "snaps"
+    snaps.mkdir()
+    llm = FakeLLMProcess(tmp / "fake_llm.log")
+    stack = Stack(tmp, llm.url, gateway=BENCH_GATEWAY)
+    try:
+        stack.start_web()
+        log_file = open(stack.logs / "w1.log", "ab")
+        stack._log_files.append(log_file)
+        argv = worker_argv(concurrency=args.worker_concurrency, name="w1@%h")[3:]  # drop "python -m celery"
+        env = dict(stack.env, PICOBOT_SOAK_SNAPS=str(snaps),
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), stack.env.get("PYTHONPATH")])))
+        stack.procs["w1"] = subprocess.Popen([sys.executable, "-m", "scripts.bench.soak", "traced-worker", *argv],
+                                             env=env, cwd=stack.cwd, stdout=log_file, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
+        wait_for(lambda: any(n.startswith("w1@") for n in stack.workers_alive()), 60, "worker w1 did not start")
+        stack.start_beat()
+        yield Bench(stack, llm, tmp), snaps
+    finally:
+        stack.stop()
+        llm.stop()
+        print(f"[bench] logs kept in {tmp}", file=sys.stderr)
+
+
+def _snapshot(snaps: Path, name: str) -> None:
+    (snaps / f"want-{name}").touch()
+    deadline = time.monotonic() + 120
+    while not (snaps / f"snap-{name}.pickle").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def _compare(snaps: Path) -> str:
+    import tracemalloc
+
+    def load(name: str) -> tracemalloc.Snapshot:
+        with open(snaps / f"snap-{name}.pickle", "rb") as f:
+            return pickle.load(f)
+
+    a, b = load("warm"), load("end")
+    out = ["worker: held at the end and allocated after the warm-up (tracemalloc), by line:"]
+    out += [f"  {st}" for st in b.compare_to(a, "lineno")[:20]]
+    out.append("the five largest, by traceback:")
+    for st in b.compare_to(a, "traceback")[:5]:
+        out.append(f"  {st.size_diff / 1024:+.1f} KiB in {st.count_diff:+d} blocks")
+        out += [f"      {line}" for line in st.traceback.format()[-16:]]
+    return "\n".join(out)
+
+
+def _traced_worker(argv: list[str]) -> int:
+    """python -m scripts.bench.soak traced-worker <celery arguments>: the worker, with tracemalloc started
+    on the first snapshot asked for (the warm-up's end), so what is traced is what was allocated after it."""
+    import gc
+    import tracemalloc
+
+    snaps = Path(os.environ["PICOBOT_SOAK_SNAPS"])
+
+    def watch() -> None:
+        while True:
+            for want in snaps.glob("want-*"):
+                name = want.name.removeprefix("want-")
+                want.unlink()
+                if not tracemalloc.is_tracing():
+                    tracemalloc.start(12)
+                gc.collect()
+                snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+                with open(snaps / f"snap-{name}.tmp", "wb") as f:
+                    pickle.dump(snap, f)
+                os.replace(snaps / f"snap-{name}.tmp", snaps / f"snap-{name}.pickle")
+            time.sleep(0.3)
+
+    threading.Thread(target=watch, name="soak-tracemalloc", daemon=True).start()
+    from celery.__main__ import main as celery_main
+
+    sys.argv = ["celery", *argv]
+    celery_main()
+    return 0
+
+
+def measure(bench: Bench, args: argparse.Namespace, snaps: Path | None = None) -> Result:
     bench.llm.add_rule(MARK, {"content": "ok, noted."}, repeat=True)
     total, lock = args.turns, threading.Lock()
     state = {"taken": 0, "done": 0, "chats": 0}
@@ -77,6 +182,8 @@ def measure(bench: Bench, args: argparse.Namespace) -> Result:
                     done = state["done"]
                 if due:
                     sample(done)
+                    if snaps is not None and done == args.warmup:
+                        _snapshot(snaps, "warm")
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
         finally:
@@ -95,6 +202,8 @@ def measure(bench: Bench, args: argparse.Namespace) -> Result:
     if samples[-1][0] == state["done"]:
         samples.pop()
     sample(state["done"])
+    if snaps is not None:
+        _snapshot(snaps, "end")
     return _result(samples, args, state["chats"])
 
 
@@ -129,5 +238,7 @@ def _result(samples: list[tuple[int, float, float, float]], args: argparse.Names
     return res
 
 
+if __name__ == "__main__" and sys.argv[1:2] == ["traced-worker"]:
+    raise SystemExit(_traced_worker(sys.argv[2:]))
 if __name__ == "__main__":
     raise SystemExit(main(NAME, run, add_args, __doc__))
