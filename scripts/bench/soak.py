@@ -106,7 +106,7 @@ def _compare(snaps: Path) -> str:
     a, b = load("warm"), load("end")
     out = ["worker: held at the end and allocated after the warm-up (tracemalloc), by line:"]
     out += [f"  {st}" for st in b.compare_to(a, "lineno")[:20]]
-    out.append("the five largest, by traceback:")
+    out.append("the five largest, by traceback (PICOBOT_SOAK_FRAMES=12 for more than their line):")
     for st in b.compare_to(a, "traceback")[:5]:
         out.append(f"  {st.size_diff / 1024:+.1f} KiB in {st.count_diff:+d} blocks")
         out += [f"      {line}" for line in st.traceback.format()[-16:]]
@@ -127,7 +127,7 @@ def _traced_worker(argv: list[str]) -> int:
                 name = want.name.removeprefix("want-")
                 want.unlink()
                 if not tracemalloc.is_tracing():
-                    tracemalloc.start(12)
+                    tracemalloc.start(int(os.environ.get("PICOBOT_SOAK_FRAMES", "1")))  # more: tracebacks, slower
                 gc.collect()
                 snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
                 with open(snaps / f"snap-{name}.tmp", "wb") as f:
