@@ -6,7 +6,9 @@ dialogs and MAX_CHARS characters). The load is --clients (default 32) WebSocket 
 loop against the fake LLM with no delay; each client moves to a new chat (a new socket and dialog)
 every --turns-per-chat turns (default 25), so the run goes through far more dialogs and sockets than
 the caches keep (20,000 / 25 = 800 dialogs against 200 cached) and every per-dialog structure is
-exercised at its bound. Growth is read after the warm-up (--warmup turns, default 3,000: the caches
+exercised at its bound. The worker's bounds: the history cache (history_cache.MAX_SESSIONS dialogs,
+MAX_CHARS characters), the event publisher's ended turns (publisher.FINISHED_WINDOW_SECS: at 50 turns/s
+some 15,000 keys, filled after five minutes), Celery's last 1,000 succeeded task ids. Growth is read after the warm-up (--warmup turns, default 3,000: the caches
 fill, the allocator settles): the end's RSS against the RSS at the warm-up's end, in MB and in MB per
 1,000 turns over the last half (a leak keeps a slope there; a bound does not).
 
@@ -28,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from picobot.runtime import history_cache
+from picobot.runtime import history_cache, publisher
 from scripts.bench.common import (
     BENCH_GATEWAY, ROOT, Bench, FakeLLMProcess, Result, Stack, log, main, rss_mb, running_stack, table, timed_turn,
 )
@@ -230,7 +232,9 @@ def _result(samples: list[tuple[int, float, float, float]], args: argparse.Names
                      f"({chats} chats), fake LLM without delay; RSS of the process trees (web: gunicorn "
                      f"master + worker; worker: the Celery process)")
     res.notes.append(f"bounds: the worker's history cache keeps {history_cache.MAX_SESSIONS} dialogs and "
-                     f"{history_cache.MAX_CHARS:,} characters of text at most")
+                     f"{history_cache.MAX_CHARS:,} characters of text at most; its event publisher remembers the "
+                     f"turns that ended in the last {publisher.FINISHED_WINDOW_SECS} s (turns/s x that many keys); "
+                     f"Celery remembers its last 1,000 succeeded task ids")
     res.details = "\nRSS over the run:\n" + table(
         [[f"{t:,}", f"{secs:.0f}", f"{w:.1f}", f"{k:.1f}"] for t, secs, w, k in samples],
         ["turns", "seconds", "web MB", "worker MB"])
