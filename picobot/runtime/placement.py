@@ -165,8 +165,8 @@ def _float(value: Any) -> float:
 
 def choose(view: Hosts, me: str | None) -> str | None:
     """The host for a new chat. `me` (the host this worker serves) unless another live host's load is
-    lower by LOAD_MARGIN or more; without `me`, the least-loaded live host (ties drawn at random);
-    None when no live host reported its load."""
+    lower by LOAD_MARGIN or more; without `me`, the least-loaded live host (ties drawn at random). When
+    no live host's load is known: `me` (None for a worker that serves no host)."""
     loads = {h: v for h, v in view.load.items() if h in view.live}
     if not loads:
         return me
@@ -193,7 +193,8 @@ def where(ports: "Ports", channel: str, chat_id: str) -> dict[str, Any] | None:
 
 
 def forwarded(ports: "Ports", session_id: str) -> bool:
-    """True when the session's turn belongs on another live host and was sent to its queue."""
+    """True when the session's turn belongs elsewhere (another live host's queue, or `turns` for a worker
+    that serves no host: see route) and was sent there."""
     queue = route(ports, session_id)
     if queue is None:
         return False
