@@ -178,6 +178,21 @@ def test_a_new_chat_goes_to_a_clearly_less_loaded_host(rt: Runtime) -> None:
     assert placement.forwarded(rt, other) is False and _holder(rt, "c2").host == "alpha"
 
 
+def test_a_burst_of_new_chats_between_two_beats_spreads(rt: Runtime) -> None:
+    placement.beat(rt.redis, "alpha", "a1@x", running=12, slots=16)  # 0.75
+    placement.beat(rt.redis, "beta", "b1@y", running=2, slots=8)  # 0.25, and it will not beat again here
+    sids = [_session(rt, f"c{i}") for i in range(5)]
+    for sid in sids:
+        placement.forwarded(rt, sid)
+    # beta takes new chats while it is clearly less loaded, counting those it was given since its beat
+    # (3/8, 4/8, 5/8); then alpha's 0.75 is within the margin of beta's 0.625, and alpha keeps them
+    holders = [_holder(rt, f"c{i}").host for i in range(5)]
+    assert holders == ["beta", "beta", "beta", "alpha", "alpha"], holders
+    assert placement.hosts(rt.redis).load["beta"] > 0.5
+    placement.beat(rt.redis, "beta", "b1@y", running=5, slots=8)  # its report now counts them as running
+    assert placement.hosts(rt.redis).load["beta"] == 5 / 8
+
+
 def test_a_dead_or_stale_host_is_not_chosen(rt: Runtime) -> None:
     placement.beat(rt.redis, "alpha", "a1@x", running=8, slots=8)
     placement.beat(rt.redis, "beta", "b1@y", running=0, slots=8)

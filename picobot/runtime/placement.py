@@ -3,7 +3,9 @@
 A worker host is every worker process sharing one disk (one `PICOBOT_HOST_ID`, by default the
 machine's host name). Each worker that takes the `turns` queue also takes the Celery queue
 `host.<id>` (it *serves* its host, `serve`), and its heartbeat keeps the host in the Redis sorted set
-`picobot:hosts` and reports its load (running turns and turn slots) in `picobot:hosts:load`.
+`picobot:hosts` and reports its load (running turns and turn slots) in `picobot:hosts:load`; the
+chats pinned to a host since its last report count in its load too (`picobot:hosts:assigned`), so a
+burst of new chats between two beats spreads instead of all going to the host that looked idle.
 
 A chat's first task pins the chat: to this host, unless another live host is clearly less loaded
 (LOAD_MARGIN), in which case the chat is pinned there and the task sent on. A worker that does not
@@ -97,6 +99,7 @@ def beat(r: "redis.Redis", host: str, worker: str | None = None, running: int = 
         pipe.set(keys.HOSTS_SINCE, f"{now:.3f}", nx=True)  # the set's first beat (again after a flush)
         if worker and slots > 0:
             pipe.hset(keys.HOST_LOAD, f"{host} {worker}", f"{int(running)} {int(slots)} {now:.3f}")
+            pipe.hdel(keys.HOST_ASSIGNED, host)  # the chats pinned since the last report run in `running` now
         pipe.execute()
     if worker and random.random() < 0.02:  # now and then: forget the load of workers gone for a day
         _forget_gone(r, now - 86400)
@@ -140,6 +143,7 @@ def hosts(r: "redis.Redis", with_load: bool = True) -> Hosts:
         pipe.get(keys.HOSTS_SINCE)
         if with_load:
             pipe.hgetall(keys.HOST_LOAD)
+            pipe.hgetall(keys.HOST_ASSIGNED)
         found: list[Any] = pipe.execute()
     live = {(h.decode() if isinstance(h, bytes) else str(h)): float(at) for h, at in found[0]}
     settled = found[1] is not None and _float(found[1]) <= since
@@ -153,7 +157,16 @@ def hosts(r: "redis.Redis", with_load: bool = True) -> Hosts:
             acc = busy.setdefault(host, [0, 0])
             acc[0] += parsed[0]
             acc[1] += parsed[1]
-    return Hosts(live, {h: running / slots for h, (running, slots) in busy.items()}, settled)
+    assigned = {(h.decode() if isinstance(h, bytes) else str(h)): int(n) for h, n in found[3].items()}
+    return Hosts(live, {h: (running + assigned.get(h, 0)) / slots for h, (running, slots) in busy.items()}, settled)
+
+
+def _assigned(r: "redis.Redis", host: str) -> None:
+    """A new chat was pinned to `host`: it counts in the host's load until the host's next report."""
+    try:
+        r.hincrby(keys.HOST_ASSIGNED, host, 1)
+    except Exception:  # the count only evens out new chats; the pin stands
+        log.debug("could not count a new chat for %s", host, exc_info=True)
 
 
 def _float(value: Any) -> float:
@@ -228,6 +241,8 @@ def route(ports: "Ports", session_id: str) -> str | None:
             return QUEUE_TURNS  # a worker that serves its host pins it
         with ports.db.begin() as conn:
             holder = chat_hosts.pin(conn, channel, chat_id, target)
+        if holder == target:
+            _assigned(ports.redis, target)
         if holder == me:
             return None
         if holder == target:

@@ -226,7 +226,7 @@ def _result(samples: list[tuple[int, float, float, float]], args: argparse.Names
     for i, who in ((2, "web"), (3, "worker")):
         res.add(f"RSS {who} after {end[0]:,} turns", end[i], "MB", "", None,
                 f"{at_warm[i]:.1f} MB at {at_warm[0]:,} turns", f"+{end[i] - at_warm[i]:.1f} MB after warm-up")
-        res.add(f"RSS {who} slope, last half", slope(i), "MB/1k turns")
+        res.add(f"RSS {who} slope, last half", round(slope(i), 3), "MB/1k turns")
     res.add("turns/s", end[0] / end[1], "turns/s")
     res.notes.append(f"{args.clients} clients in a closed loop, a new chat every {args.turns_per_chat} turns "
                      f"({chats} chats), fake LLM without delay; RSS of the process trees (web: gunicorn "
