@@ -35,6 +35,7 @@ class PicoCelery(Celery):
         self.picobot_config = config
         self._runtime: Runtime | None = None
         self._runtime_lock = threading.Lock()
+        self.turn_slots = 0  # the worker's concurrency when it takes turns (its host's load, placement)
 
     @property
     def runtime(self) -> Runtime:
@@ -128,22 +129,29 @@ def _takes_turns(app: Celery) -> bool:
 
 
 def _take_host_queue(sender=None, instance=None, **_kw) -> None:  # type: ignore[no-untyped-def]
-    """A worker that takes turns also takes its host's queue: turns of the chats whose files are here."""
+    """A worker that takes turns also takes its host's queue: turns of the chats whose files are here.
+    Either way it tells placement whether it serves its host: one that does not never pins a chat to it."""
     from picobot.runtime import placement
 
     app = getattr(instance, "app", None)
-    if isinstance(app, PicoCelery) and _takes_turns(app):
+    if not isinstance(app, PicoCelery):
+        return
+    if _takes_turns(app):
         app.amqp.queues.select_add(placement.host_queue(placement.host_id()))
+        app.turn_slots = int(getattr(instance, "concurrency", 0) or 0)
+        placement.serve(placement.host_id())
+    else:
+        placement.serve(None)
 
 
-def _beat(rt: Runtime, publish_mcp, host: str | None = None) -> None:  # type: ignore[no-untyped-def]
-    """Each heartbeat: the host's liveness (placement), the MCP servers' states, then the plugins'
-    (the worker's metric samples)."""
+def _beat(rt: Runtime, publish_mcp, host: str | None = None, slots: int = 0) -> None:  # type: ignore[no-untyped-def]
+    """Each heartbeat: the host's liveness and this worker's load (placement), the MCP servers' states,
+    then the plugins' (the worker's metric samples)."""
     try:
         if host is not None:
             from picobot.runtime import placement
 
-            placement.beat(rt.redis, host)
+            placement.beat(rt.redis, host, rt.worker_name, len(rt.active_turn_ids()), slots)
         publish_mcp(rt.redis, rt.worker_name, rt.mcp_statuses())
     finally:
         rt.plugins.call("picobot_heartbeat", ports=rt)
@@ -165,7 +173,7 @@ def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def
 
     host = placement.host_id() if _takes_turns(app) else None
     start_heartbeat(rt.redis, rt.worker_name, rt.active_turn_ids, {"sandbox": sandbox.as_check(), "host": host},
-                    on_beat=lambda: _beat(rt, publish_mcp, host),
+                    on_beat=lambda: _beat(rt, publish_mcp, host, app.turn_slots),
                     live_facts=lambda: {"plugins": rt.plugins.statuses()})
     app.send_task(SWEEP_TASK, queue=QUEUE_MAINTENANCE)  # recover what a previous run left behind
     log.info("worker %s ready", rt.worker_name)

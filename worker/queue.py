@@ -20,9 +20,10 @@ class CeleryTaskQueue:
         # queue: QUEUE_SCHEDULED for a scheduled job's turn (never on the turns queue's slots)
         self.app.send_task(TURN_TASK, args=[session_id], queue=queue)
 
-    def enqueue_compaction(self, session_id: str, force: bool = False) -> None:
-        # never on `turns`: a compaction must not hold up anyone's turn
-        self.app.send_task(COMPACT_TASK, args=[session_id, force], queue=QUEUE_MAINTENANCE)
+    def enqueue_compaction(self, session_id: str, force: bool = False, queue: str = QUEUE_MAINTENANCE) -> None:
+        # never on `turns`: a compaction must not hold up anyone's turn; queue: the host queue of the
+        # worker host holding the session's chat (runtime/placement.py)
+        self.app.send_task(COMPACT_TASK, args=[session_id, force], queue=queue)
 
     def enqueue_background(self, task: str, args: list[Any]) -> None:
         # a capability's background work (a dialog's title): never on `turns`

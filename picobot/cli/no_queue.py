@@ -17,7 +17,7 @@ class NoQueue:
     def enqueue_turn(self, session_id: str, queue: str = "turns") -> None:
         self._refuse("turns")
 
-    def enqueue_compaction(self, session_id: str, force: bool = False) -> None:
+    def enqueue_compaction(self, session_id: str, force: bool = False, queue: str = "maintenance") -> None:
         self._refuse("compactions")
 
     def enqueue_subagent(self, run_id: str, queue: str = "subagents") -> None:

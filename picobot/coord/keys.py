@@ -35,7 +35,11 @@ CONTROL_CHANNEL = "picobot:control"
 WORKER_PREFIX = "picobot:worker:"
 # Sorted set: worker host id -> time of its workers' last heartbeat (hosts that take turns; placement)
 HOSTS = "picobot:hosts"
-HOSTS_SINCE = "picobot:hosts:since"  # when the first host beat into HOSTS since Redis was last emptied
+# Hash: "<host> <worker>" -> "<running turns> <turn slots> <time>" of each turn-taking worker (placement)
+HOST_LOAD = "picobot:hosts:load"
+# Hash: host -> chats pinned to it since its last load report (so the reports' age does not herd new chats)
+HOST_ASSIGNED = "picobot:hosts:assigned"
+HOSTS_SINCE = "picobot:hosts:since"  # time of the host set's first beat (again after a flush)
 MCP_PREFIX = "picobot:mcp:"  # + worker name: a hash of that worker's MCP server states
 SWEEP_LAST = "picobot:sweep:last"
 

@@ -28,6 +28,7 @@ from picobot.memory.model import MemorySource, scope_key_for
 from picobot.memory import compaction as rules
 from picobot.plugins.types import StageContext
 from picobot.providers.base import ChatRequest, Completed
+from picobot.runtime import placement
 from picobot.storage import compaction as sql
 from picobot.storage import messages
 
@@ -42,7 +43,7 @@ LEASE_MARGIN_SECS = 30
 
 @dataclass
 class Outcome:
-    status: str  # compacted | not_needed | busy | lost (another compaction won) | gone
+    status: str  # compacted | not_needed | busy | lost (another compaction won) | gone | forwarded
     summarised: int = 0  # messages folded into the summary
     kept: int = 0  # messages of the new active segment after the summary
     fallback: bool = False  # the summary call failed: a truncated transcript stands in for it
@@ -71,7 +72,12 @@ def schedule_if_needed(rt: "MemoryPorts", session_id: str, agent: str, history: 
 
 
 def run_background(rt: "MemoryPorts", session_id: str, force: bool = False) -> Outcome:
-    """The Celery task's body: one compaction at a time per session."""
+    """The Celery task's body: one compaction at a time per session, on the worker host holding the
+    session's chat ("forwarded": sent on to that host's queue, runtime/placement.py)."""
+    queue = placement.route(rt, session_id)
+    if queue is not None:
+        rt.queue.enqueue_compaction(session_id, force, queue=queue)
+        return Outcome("forwarded")
     ttl = _lease_secs(rt, session_id)
     lease = Lease(rt.redis, keys.compacting(session_id), ttl, retake=True)
     if not lease.acquire():

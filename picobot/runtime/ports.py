@@ -25,7 +25,8 @@ class TurnQueue(Protocol):
 
 
 class CompactionQueue(Protocol):
-    def enqueue_compaction(self, session_id: str, force: bool = False) -> None: ...
+    def enqueue_compaction(self, session_id: str, force: bool = False,
+                           queue: str = "maintenance") -> None: ...  # queue: its chat's host
 
 
 class SubagentQueue(Protocol):
