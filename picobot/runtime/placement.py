@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from picobot.coord import keys
 from picobot.domain.messages import ChatMessage
+from picobot.runtime.pinned_here import PinnedHere
 from picobot.storage import chat_hosts, messages
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ HOST_QUEUE_PREFIX = "host."
 HOST_TTL_SECS = 7.0  # as runtime/heartbeat.TTL_SECS: a host without a beat for this long is dead
 MARKER_HOST_MOVED = "host_moved"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+# half the time after which other hosts judge this one dead: the margin for a late beat and clocks
+_here = PinnedHere(fresh_secs=HOST_TTL_SECS / 2)
 
 
 @lru_cache(maxsize=1)
@@ -68,6 +71,7 @@ def beat(r: "redis.Redis", host: str) -> None:
         pipe.zadd(keys.HOSTS, {host: now})
         pipe.zremrangebyscore(keys.HOSTS, 0, now - 86400)  # hosts gone for a day leave the set
         pipe.execute()
+    _here.beat(host)
 
 
 def live_hosts(r: "redis.Redis") -> dict[str, float]:
@@ -90,9 +94,17 @@ def where(ports: "Ports", channel: str, chat_id: str) -> dict[str, Any] | None:
 
 
 def forwarded(ports: "Ports", session_id: str) -> bool:
-    """True when the session's turn belongs on another live host and was sent to its queue."""
+    """True when the session's turn belongs on another live host and was sent to its queue.
+
+    A session found to run here is remembered while this host's heartbeats go out (pinned_here.py):
+    its next turns skip route()'s SQL read."""
+    me = host_id()
+    if _here.knows(me, session_id):
+        return False
+    asked = _here.clock()
     queue = route(ports, session_id)
     if queue is None:
+        _here.remember(me, session_id, asked)
         return False
     ports.queue.enqueue_turn(session_id, queue=queue)
     log.debug("session %s: turn sent on to %s", session_id, queue)
