@@ -54,7 +54,9 @@ def setup_logging(config: Config, level: str | None = None) -> None:
     handler.filters[:] = _filters(config, secrets)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    for noisy in ("httpx", "httpcore", "openai", "anthropic"):
+    # httpx2 (the SDKs' HTTP client) logs every request at INFO: a line per model call, through the
+    # redacting filter and into the captured stream
+    for noisy in ("httpx", "httpx2", "httpcore", "openai", "anthropic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

@@ -67,17 +67,22 @@ class Watchdog:
         self._due: dict[int, tuple[float, Callable[[], None]]] = {}
         self._next_id = 0
         self._thread: threading.Thread | None = None
+        # when the thread wakes next on its own (inf: waiting for a deadline; -inf: awake). An arm
+        # whose deadline comes later needs no wake-up, which is a costly hand-off between threads.
+        self._wakes_at = float("-inf")
 
     def arm(self, seconds: float, fn: Callable[[], None]) -> Callable[[], None]:
         """Run fn after `seconds` unless the returned function (disarm) is called first."""
         with self._cond:
             self._next_id += 1
             key = self._next_id
-            self._due[key] = (time.monotonic() + seconds, fn)
+            at = time.monotonic() + seconds
+            self._due[key] = (at, fn)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="watchdog", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if at < self._wakes_at:
+                self._cond.notify()
 
         def disarm() -> None:
             with self._cond:
@@ -92,8 +97,11 @@ class Watchdog:
                 fired = [k for k, (at, _) in self._due.items() if at <= now]
                 callbacks = [self._due.pop(k)[1] for k in fired]
                 if not callbacks:
-                    wait = min((at for at, _ in self._due.values()), default=now + 60) - now
-                    self._cond.wait(max(wait, 0.005))
+                    nearest = min((at for at, _ in self._due.values()), default=float("inf"))
+                    wait = max(min(nearest, now + 60) - now, 0.005)
+                    self._wakes_at = now + wait if nearest != float("inf") else float("inf")
+                    self._cond.wait(wait)
+                    self._wakes_at = float("-inf")
                     continue
             for fn in callbacks:
                 try:

@@ -29,6 +29,7 @@ try:
     raise RuntimeError("boom " + sys.argv[1])
 except RuntimeError:
     log.exception("it failed")
+logging.getLogger("httpx2").info("HTTP Request: POST http://model/v1 200 OK")  # one per model call: kept quiet
 logging.getLogger("other.lib").info("plain %d%% fine", 100)
 """
 

@@ -16,6 +16,7 @@ from picobot.app import build_runtime
 from picobot.config import load_config
 from picobot.errors import ConfigError
 from picobot.runtime import placement
+from picobot.runtime.pinned_here import PinnedHere
 from picobot.runtime.services import Runtime
 from picobot.storage import chat_hosts, sessions
 from tests.stack import Stack, base_config, wait_for
@@ -60,6 +61,8 @@ def rt(tmp_path: Path, llm, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.delenv("DATABASE_URL", raising=False)
     _as_host(monkeypatch, "alpha")
+    # this process plays several hosts over fresh databases: no memory of an earlier test's sessions
+    monkeypatch.setattr(placement, "_here", PinnedHere(fresh_secs=placement.HOST_TTL_SECS / 2))
     runtime = build_runtime(load_config(), _Queue(), migrate=True)  # type: ignore[arg-type]
     yield runtime
     placement.host_id.cache_clear()
@@ -93,6 +96,17 @@ def test_first_turn_pins_the_chat_to_the_host_that_runs_it(rt: Runtime) -> None:
     assert _holder(rt, "c1").host == "alpha"
     assert placement.forwarded(rt, sid) is False and rt.queue.turns == []  # type: ignore[attr-defined]
     other = _session(rt, "c2")
+    assert placement.forwarded(rt, other) is False and _holder(rt, "c2").host == "alpha"
+
+
+def test_a_chat_found_here_skips_the_lookup_while_this_host_beats(rt: Runtime) -> None:
+    sid = _session(rt, "c1")
+    placement.beat(rt.redis, "alpha")
+    assert placement.forwarded(rt, sid) is False and _holder(rt, "c1").host == "alpha"
+    with rt.db.begin() as conn:  # were route() asked again, it would pin the chat again
+        conn.execute(text("DELETE FROM chat_hosts"))
+    assert placement.forwarded(rt, sid) is False and _holder(rt, "c1") is None
+    other = _session(rt, "c2")  # another session is looked up (and pinned)
     assert placement.forwarded(rt, other) is False and _holder(rt, "c2").host == "alpha"
 
 

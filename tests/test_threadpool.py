@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 from picobot.threadpool import DaemonPool
 
@@ -65,3 +66,16 @@ def test_watchdog_fires_unless_disarmed() -> None:
     disarm()
     assert fired.wait(5)
     assert not kept.wait(0.3)
+
+
+def test_watchdog_wakes_for_an_earlier_deadline_and_not_for_a_later_one() -> None:
+    from picobot.threadpool import Watchdog
+
+    dog = Watchdog()
+    late, early, later = threading.Event(), threading.Event(), threading.Event()
+    dog.arm(30, late.set)  # the thread now sleeps until this one ...
+    time.sleep(0.05)
+    dog.arm(0.05, early.set)  # ... so this one must wake it
+    assert early.wait(5) and not late.is_set()
+    dog.arm(0.2, later.set)  # armed while the thread sleeps towards the 30 s deadline again
+    assert later.wait(5)

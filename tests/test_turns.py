@@ -160,3 +160,29 @@ def test_a_start_shows_no_avoidable_warnings(stack: Stack) -> None:
     logs = stack.all_logs()
     assert "No keepalived connections" not in logs
     assert "RedBeat will stop falling back" not in logs
+
+
+def test_a_turns_model_calls_reach_the_usage_ledger_with_its_commit(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
+    """No budget limit here: the rows are held and written in the turn's own commit, a failed turn's too
+    (its failed call is a row of no tokens)."""
+    import uuid
+
+    tag = uuid.uuid4().hex[:6]
+    calc = {"tool_calls": [{"name": "calculator", "arguments": {"expression": "1+1"}}],
+            "usage": {"input_tokens": 11, "output_tokens": 1}}
+    add_rule(llm, f"ledger-ok-{tag}", calc, {"content": "2", "usage": {"input_tokens": 12, "output_tokens": 2}})
+    add_rule(llm, f"ledger-fail-{tag}", calc, *[{"error": {"status": 400, "message": "no such model"}}] * 5)
+    c = stack.client()
+    ok, failed = c.ask(f"ledger-ok-{tag}"), c.ask(f"ledger-fail-{tag}")
+    assert ok["status"] == "completed" and failed["status"] == "failed", (ok, failed)
+    eng = sqlalchemy.create_engine(stack.database_url)
+    try:
+        with eng.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT turn_id, kind, input_tokens, output_tokens FROM usage_records WHERE turn_id IN (?, ?) "
+                "ORDER BY created_at, id", (ok["turn_id"], failed["turn_id"])).all()
+    finally:
+        eng.dispose()
+    assert [tuple(r) for r in rows] == [(ok["turn_id"], "turn", 11, 1), (ok["turn_id"], "turn", 12, 2),
+                                        (failed["turn_id"], "turn", 11, 1), (failed["turn_id"], "turn", 0, 0)]
+    c.close()

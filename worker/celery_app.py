@@ -29,6 +29,7 @@ class PicoCelery(Celery):
     """Celery app that owns one PicoBot Runtime per process, built on first use."""
 
     picobot_config: Config
+    events_cls = "worker.task_events:Events"  # task events less task-started (worker/task_events.py)
 
     def __init__(self, config: Config):
         super().__init__("picobot")

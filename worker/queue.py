@@ -6,6 +6,7 @@ from typing import Any
 
 from celery import Celery
 
+from worker import turn_message
 from picobot.runtime.task_names import (
     CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_TASK, QUEUE_OUTBOUND, QUEUE_MAINTENANCE, QUEUE_SCHEDULED, QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK,
     TURN_TASK,
@@ -15,10 +16,15 @@ from picobot.runtime.task_names import (
 class CeleryTaskQueue:
     def __init__(self, app: Celery):
         self.app = app
+        # a turn's message straight onto the Redis list where the broker allows it (worker/turn_message.py)
+        self._turns = turn_message.TurnPublisher(app) if turn_message.usable(app) else None
 
     def enqueue_turn(self, session_id: str, queue: str = QUEUE_TURNS) -> None:
         # queue: QUEUE_SCHEDULED for a scheduled job's turn (never on the turns queue's slots)
-        self.app.send_task(TURN_TASK, args=[session_id], queue=queue)
+        if self._turns is not None:
+            self._turns.publish(session_id, queue)
+        else:
+            self.app.send_task(TURN_TASK, args=[session_id], queue=queue)
 
     def enqueue_compaction(self, session_id: str, force: bool = False, queue: str = QUEUE_MAINTENANCE) -> None:
         # never on `turns`: a compaction must not hold up anyone's turn; queue: the host queue of the

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
 from picobot.agent.metered import CallWatch as _CallWatch
+from picobot.agent.schema_size import tools_chars
 from picobot.agent.snapshot import TurnController
 from picobot.agent.tool_batch import ToolBatch, ordering
 from picobot.agent.stream import pump
@@ -206,8 +207,7 @@ class AgentLoop:
         """Ask the plugins whether this call may be sent; a Refusal ends the run (ModelCallRefused)."""
         assert self.hooks is not None and self._stage is not None
         if self._tools_chars is None:  # the same tools every call of this loop
-            self._tools_chars = sum(len(t.name) + len(t.description) + len(json.dumps(t.parameters))
-                                    for t in request.tools)
+            self._tools_chars = tools_chars(request.tools)
         view = ModelRequestView(self.provider.key, request.model, tuple(request.messages), request.max_tokens,
                                 self._tools_chars, "subagent" if self._stage.run_id else "turn")
         refusal = self.hooks.first("picobot_model_call_gate", ctx=self._stage, request=view)

@@ -4,6 +4,13 @@
 that on every counter the call falls under (counters.py) and refuses it with a `budget_exceeded`
 Refusal when one would go over. `picobot_model_call`, in the same thread after the call, writes the
 call's `usage_records` row (always, limits or not) and settles the reservation with what it used.
+
+With no limit configured nothing reads the ledger while a turn runs, so a turn's own calls are held
+in memory and written in the transaction that commits the turn (`picobot_turn_committed`), or in one
+of their own when the turn ends without that commit (`picobot_turn_ended`): one SQL write
+transaction per turn instead of one more per model call. A worker killed mid-turn loses the rows of
+that turn's calls. With a limit set every row is written at once, as the counters are re-seeded
+from the ledger after a Redis flush.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ class BudgetsPlugin:
         self._prices: PriceTable | None = None
         self._counters: Counters | None = None  # None: no limit configured, only the ledger is written
         self._local = threading.local()  # the reservation of the call under way in this thread
+        self._held: dict[str, list[tuple[usage.Call, float]]] = {}  # turn id -> its calls' rows, not yet written
+        self._held_lock = threading.Lock()
 
     def bind(self, ports: "Ports") -> None:
         """Take the process's ports (once): the ledger's database, the counters' Redis, the limits."""
@@ -92,11 +101,38 @@ class BudgetsPlugin:
                          ctx.channel, w.user, getattr(ctx, "agent", "") or "", call.provider, call.model,
                          call.input_tokens, call.output_tokens, call.cached_input_tokens, cost)
         try:
+            if kind == "turn" and w.turn_id and self._counters is None:  # written with the turn's commit
+                with self._held_lock:
+                    self._held.setdefault(w.turn_id, []).append((row, time.time()))
+                return
             with self._ports.db.begin() as conn:
                 usage.record(conn, row)
         finally:  # settled even when the row could not be written: the reservation must not stay
             if reservation is not None and self._counters is not None:
                 self._settle(reservation, call.input_tokens + call.output_tokens, cost)
+
+    @hookimpl
+    def picobot_turn_committed(self, conn: Any, turn: Any, ports: Any) -> Any:
+        with self._held_lock:
+            rows = list(self._held.get(turn.turn_id, ()))
+        if not rows:
+            return None
+        for row, at in rows:
+            usage.record(conn, row, now=at)
+        return lambda: self._release(turn.turn_id)  # after the commit: written; a rollback keeps them held
+
+    @hookimpl
+    def picobot_turn_ended(self, ctx: Any, status: str) -> None:
+        """The turn is over: rows its commit did not take (failed, interrupted, fenced out) go in now."""
+        rows = self._release(ctx.turn_id)
+        if rows and self._ports is not None:
+            with self._ports.db.begin() as conn:
+                for row, at in rows:
+                    usage.record(conn, row, now=at)
+
+    def _release(self, turn_id: str) -> list[tuple[usage.Call, float]]:
+        with self._held_lock:
+            return self._held.pop(turn_id, [])
 
     def _settle(self, reservation: Reservation, tokens: int, cost: float) -> None:
         assert self._counters is not None

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from picobot.coord import keys
 from picobot.domain.messages import ChatMessage
 from picobot.runtime.task_names import QUEUE_TURNS
+from picobot.runtime.pinned_here import PinnedHere
 from picobot.storage import chat_hosts, messages
 
 if TYPE_CHECKING:
@@ -58,6 +59,8 @@ LOAD_MARGIN = 0.25  # a new chat goes to another host when its share of busy tur
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _UNSET = object()
 _serving: Any = _UNSET  # set by a Celery worker at start (serve); unset: this process is its host
+# half the time after which other hosts judge this one dead: the margin for a late beat and clocks
+_here = PinnedHere(fresh_secs=HOST_TTL_SECS / 2)
 
 
 @lru_cache(maxsize=1)
@@ -101,6 +104,7 @@ def beat(r: "redis.Redis", host: str, worker: str | None = None, running: int = 
             pipe.hset(keys.HOST_LOAD, f"{host} {worker}", f"{int(running)} {int(slots)} {now:.3f}")
             pipe.hdel(keys.HOST_ASSIGNED, host)  # the chats pinned since the last report run in `running` now
         pipe.execute()
+    _here.beat(host)
     if worker and random.random() < 0.02:  # now and then: forget the load of workers gone for a day
         _forget_gone(r, now - 86400)
 
@@ -207,9 +211,18 @@ def where(ports: "Ports", channel: str, chat_id: str) -> dict[str, Any] | None:
 
 def forwarded(ports: "Ports", session_id: str) -> bool:
     """True when the session's turn belongs elsewhere (another live host's queue, or `turns` for a worker
-    that serves no host: see route) and was sent there."""
+    that serves no host: see route) and was sent there.
+
+    A session found to run here is remembered while this host's heartbeats go out (pinned_here.py):
+    its next turns skip route()'s SQL read."""
+    me = serving()
+    if me is not None and _here.knows(me, session_id):
+        return False
+    asked = _here.clock()
     queue = route(ports, session_id)
     if queue is None:
+        if me is not None:
+            _here.remember(me, session_id, asked)
         return False
     ports.queue.enqueue_turn(session_id, queue=queue)
     log.debug("session %s: turn sent on to %s", session_id, queue)

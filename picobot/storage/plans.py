@@ -11,12 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 
 from picobot.storage.models import TaskItemRow, TaskPlanRow
 
 _p = TaskPlanRow.__table__
 _i = TaskItemRow.__table__
+
+# Built once: every turn reads its dialog's plan (the runtime note), and building a statement and its
+# cache key costs more than running it.
+_GET_PLAN = select(_p.c.id, _p.c.title).where(_p.c.session_id == bindparam("session_id"))
+_GET_ITEMS = select(_i.c.number, _i.c.text, _i.c.status, _i.c.note).where(
+    _i.c.plan_id == bindparam("plan_id")).order_by(_i.c.number)
 
 
 @dataclass(frozen=True)
@@ -41,11 +47,10 @@ class Plan:
 
 def get(conn: Connection, session_id: str) -> Plan | None:
     """The dialog's plan with its items in order, or None."""
-    row = conn.execute(select(_p.c.id, _p.c.title).where(_p.c.session_id == session_id)).first()
+    row = conn.execute(_GET_PLAN, {"session_id": session_id}).first()
     if row is None:
         return None
-    items = conn.execute(select(_i.c.number, _i.c.text, _i.c.status, _i.c.note)
-                         .where(_i.c.plan_id == row.id).order_by(_i.c.number)).all()
+    items = conn.execute(_GET_ITEMS, {"plan_id": row.id}).all()
     return Plan(row.title, tuple(Item(n, t, s, note) for n, t, s, note in items))
 
 

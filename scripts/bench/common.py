@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -120,7 +121,9 @@ class Bench:
         return process_tree(self.web_pid)
 
     def worker_pids(self) -> list[int]:
-        return process_tree(self.worker_pid)
+        """Every worker process's tree (w1, w2, ... when the stack runs several)."""
+        return [pid for name, proc in self.stack.procs.items() if re.fullmatch(r"w\d+", name)
+                for pid in process_tree(proc.pid)]
 
     def client(self, chat_id: str | None = None) -> WsClient:
         return self.stack.client(chat_id or "bench-" + uuid.uuid4().hex[:10])
@@ -154,8 +157,9 @@ DB_CHOICE = {"db": "sqlite"}
 @contextmanager
 def running_stack(name: str, worker_concurrency: int = 200, beat: bool = True, keep: bool = False,
                   gateway: dict[str, Any] | None = None, db: str | None = None,
-                  trace_dir: Path | None = None) -> Iterator[Bench]:
-    """A fake LLM process plus web + one worker (+ beat), with production gateway timings.
+                  trace_dir: Path | None = None, workers: int = 1) -> Iterator[Bench]:
+    """A fake LLM process plus web + `workers` worker processes (w1, w2, ... on one host, as `picobot up`
+    runs them) (+ beat), with production gateway timings.
 
     With trace_dir, web and worker run under `python -m scripts.bench.common trace ...`, which wraps
     the turn path's functions with timers (see TRACE_POINTS) and writes events there.
@@ -163,10 +167,10 @@ def running_stack(name: str, worker_concurrency: int = 200, beat: bool = True, k
     db = db or DB_CHOICE["db"]
     if db == "postgres":
         with pg_schema() as url:
-            with _running_stack(name, worker_concurrency, beat, keep, gateway, url, trace_dir) as bench:
+            with _running_stack(name, worker_concurrency, beat, keep, gateway, url, trace_dir, workers) as bench:
                 yield bench
     else:
-        with _running_stack(name, worker_concurrency, beat, keep, gateway, None, trace_dir) as bench:
+        with _running_stack(name, worker_concurrency, beat, keep, gateway, None, trace_dir, workers) as bench:
             yield bench
 
 
@@ -180,7 +184,7 @@ def _spawn_traced(stack: Stack, name: str, role: str, argv: list[str], trace_dir
                                          start_new_session=True)
 
 
-def _start_traced(stack: Stack, worker_concurrency: int, trace_dir: Path) -> None:
+def _start_traced(stack: Stack, worker_concurrency: int, trace_dir: Path, workers: int = 1) -> None:
     from picobot.cli.processes import web_argv, worker_argv
     from tests.stack import wait_for
 
@@ -188,14 +192,15 @@ def _start_traced(stack: Stack, worker_concurrency: int, trace_dir: Path) -> Non
     web = web_argv(None, bind=f"127.0.0.1:{stack.port}")  # type: ignore[arg-type]  # config unused with bind
     _spawn_traced(stack, "web", "web", web[3:], trace_dir)  # drop "python -m gunicorn"
     wait_for(lambda: stack._http_ok("/health"), 30, "web did not start")
-    worker = worker_argv(concurrency=worker_concurrency, name="w1@%h")
-    _spawn_traced(stack, "w1", "worker", worker[3:], trace_dir)  # drop "python -m celery"
-    wait_for(lambda: any(n.startswith("w1@") for n in stack.workers_alive()), 40, "worker w1 did not start")
+    for i in range(1, workers + 1):
+        worker = worker_argv(concurrency=worker_concurrency, name=f"w{i}@%h")
+        _spawn_traced(stack, f"w{i}", "worker", worker[3:], trace_dir)  # drop "python -m celery"
+        wait_for(lambda: any(n.startswith(f"w{i}@") for n in stack.workers_alive()), 40, f"worker w{i} did not start")
 
 
 @contextmanager
 def _running_stack(name: str, worker_concurrency: int, beat: bool, keep: bool, gateway: dict[str, Any] | None,
-                   database_url: str | None, trace_dir: Path | None) -> Iterator[Bench]:
+                   database_url: str | None, trace_dir: Path | None, workers: int = 1) -> Iterator[Bench]:
     tmp = Path(tempfile.mkdtemp(prefix=f"picobot-bench-{name}-"))
     llm = FakeLLMProcess(tmp / "fake_llm.log")
     stack: Stack | None = None
@@ -203,10 +208,11 @@ def _running_stack(name: str, worker_concurrency: int, beat: bool, keep: bool, g
     try:
         stack = Stack(tmp, llm.url, database_url=database_url, gateway={**BENCH_GATEWAY, **(gateway or {})})
         if trace_dir is not None:
-            _start_traced(stack, worker_concurrency, trace_dir)
+            _start_traced(stack, worker_concurrency, trace_dir, workers)
         else:
             stack.start_web()
-            stack.start_worker("w1", concurrency=worker_concurrency)
+            for i in range(1, workers + 1):
+                stack.start_worker(f"w{i}", concurrency=worker_concurrency)
         if beat:
             stack.start_beat()
         yield Bench(stack, llm, tmp)

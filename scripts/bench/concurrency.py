@@ -1,7 +1,8 @@
 """Concurrency: 100 sessions (100 /ws clients, different chat ids) send at once; each turn is one
 model call that takes 2 s. Ideal throughput is 100 turns / 2 s = 50 turns/s; target >= 0.9 of it.
 
-One worker process (`-P threads -c 200`). Baseline in the same run: the same 100 calls made at once
+As many worker processes as `picobot up` runs here (`--workers`, default one per core; each
+`-P threads -c 200`, all on one host). Baseline in the same run: the same 100 calls made at once
 directly with the openai SDK (100 threads) against the same fake LLM.
 """
 
@@ -15,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+from picobot.cli.processes import worker_count
 from scripts.bench.common import (
     Bench, Result, WsClient, log, main, percentile, read_trace, running_stack, timed_turn, trace_summary,
 )
@@ -28,7 +30,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sessions", type=int, default=100, help="concurrent sessions (default 100)")
     p.add_argument("--delay-ms", type=int, default=2000, help="model call duration (default 2000)")
     p.add_argument("--rounds", type=int, default=3, help="measured rounds after one warm-up round (default 3)")
-    p.add_argument("--worker-concurrency", type=int, default=200, help="worker threads (default 200)")
+    p.add_argument("--worker-concurrency", type=int, default=200, help="threads per worker process (default 200)")
+    p.add_argument("--workers", type=int, default=worker_count(),
+                   help=f"worker processes (default {worker_count()}: what `picobot up` runs on this machine, "
+                        "$PICOBOT_WORKERS or one per core)")
     p.add_argument("--trace", action="store_true",
                    help="run web and worker with timers around the turn path and print, per step, how long it "
                         "took during the measured rounds (e.g. SQL BEGIN = waiting for SQLite's write lock)")
@@ -37,8 +42,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> Result:
     trace_dir = Path(tempfile.mkdtemp(prefix="picobot-bench-trace-")) if args.trace else None
     with running_stack(NAME, worker_concurrency=args.worker_concurrency, keep=args.keep,
-                       trace_dir=trace_dir) as bench:
+                       trace_dir=trace_dir, workers=args.workers) as bench:
         res = measure(bench, args.sessions, args.delay_ms, args.rounds)
+        res.notes.append(f"{args.workers} worker process{'es' if args.workers > 1 else ''} "
+                         f"x {args.worker_concurrency} threads")
+        res.raw["workers"] = args.workers
         if trace_dir is not None:
             time.sleep(1.5)  # the traced processes flush every 0.5 s
             res.details = "\nsteps during the measured rounds (web/worker timers), by CPU:\n" + \

@@ -13,7 +13,9 @@ import argparse
 import statistics
 import threading
 import time
+from pathlib import Path
 
+from scripts.bench import profile
 from scripts.bench.common import (
     Bench, Result, cpu_seconds, log, main, process_tree, running_stack, self_cpu_seconds, timed_turn,
 )
@@ -30,6 +32,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="sessions each run rotates over (default 20: ~11 turns, ~22 messages each by the end)")
     p.add_argument("--parallel", type=int, default=8, help="turns in flight in the loaded run (default 8)")
     p.add_argument("--idle-secs", type=float, default=10.0, help="idle window for the idle CPU rate")
+    p.add_argument("--profile", metavar="DIR",
+                   help="record the web and the worker with py-spy (--gil) during the sequential run into DIR "
+                        "and print where their CPU went (scripts/bench/profile.py); the figures then include "
+                        "py-spy's own disturbance")
 
 
 def run(args: argparse.Namespace) -> Result:
@@ -123,9 +129,12 @@ def measure(bench: Bench, args: argparse.Namespace) -> Result:
     runs: dict[str, dict[str, float]] = {}
     for label, clients in (("sequential", seq_clients), ("parallel", par_clients)):
         log(f"cpu: {args.turns} turns, {label}")
+        recorders = _start_profile(bench, args.profile) if label == "sequential" and args.profile else []
         a, t0 = meter.read(), time.monotonic()
         if label == "sequential":
             _sequential(bench, clients, args.turns, 10_000)
+            for rec in recorders:
+                rec.stop()
         else:
             _parallel(bench, clients, args.turns, 10_000, args.parallel)
         used, wall = _delta(a, meter.read()), time.monotonic() - t0
@@ -162,7 +171,22 @@ def measure(bench: Bench, args: argparse.Namespace) -> Result:
         "the target applies to the sequential figure; the parallel one shows the cost under load",
     ]
     res.raw = {"idle_rate": idle_rate, "runs": runs}
+    if args.profile:
+        res.details = "\nwhere the sequential run's CPU went (py-spy --gil samples):\n" + "\n".join(
+            profile.summary(Path(args.profile) / f"{role}.txt") for role in ("web", "worker"))
     return res
+
+
+def _start_profile(bench: Bench, out_dir: str) -> list[profile.Recorder]:
+    exe = profile.available()
+    if exe is None:
+        raise SystemExit("--profile needs py-spy (pip install py-spy; it is in the test extras)")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    recorders = [profile.Recorder(exe, bench.web_pid, out / "web.txt"),
+                 profile.Recorder(exe, bench.worker_pid, out / "worker.txt")]
+    time.sleep(1.0)  # py-spy attaches
+    return recorders
 
 
 if __name__ == "__main__":
