@@ -70,7 +70,7 @@ def flood(hosts: TwoHosts, fake_llm) -> Iterator[Flood]:  # type: ignore[no-unty
             calls = [{"name": "write", "arguments": {"path": _file(i, k), "content": f"secret {i:02d}.{k}"}}]
             if k:
                 calls.insert(0, {"name": "read", "arguments": {"path": _file(i, k - 1)}})
-            add_rule(fake_llm, _tag(i, k), {"tool_calls": calls}, {"content": f"done {i:02d}.{k}"})
+            add_rule(fake_llm, _tag(i, k), {"tool_calls": calls}, {"content": f"done {i:02d}.{k}"}, repeat=True)
     clients = _all_at_once(CHATS, lambda i: hosts.client(_chat(i)))
     by_chat = {c.chat_id: c for c in clients}
 
@@ -117,7 +117,7 @@ def test_same_chat_many_senders_take_turns_one_at_a_time_on_its_host(hosts: TwoH
     asked = [f"<crowd {w}.{j}>" for w in range(waves) for j in range(senders)]
     for q in asked:
         add_rule(llm, q, {"tool_calls": [{"name": "write", "arguments": {"path": f"crowd-{q[7:10]}.txt", "content": q}}]},
-                 {"content": f"crowd ok {q[7:10]}", "delay_ms": 50})
+                 {"content": f"crowd ok {q[7:10]}", "delay_ms": 50}, repeat=True)
     watcher = hosts.client("crowd")
     clients = [hosts.client("crowd") for _ in range(senders)]
     try:
@@ -153,7 +153,7 @@ def test_flushall_mid_flood_loses_nothing_and_moves_no_chat(hosts: TwoHosts, flo
     for i in range(CHATS):
         add_rule(llm, _tag(i, k), {"tool_calls": [{"name": "read", "arguments": {"path": _file(i, k - 1)}}],
                                    "delay_ms": 300},
-                 {"content": f"done {i:02d}.{k}"})
+                 {"content": f"done {i:02d}.{k}"}, repeat=True)
     before = hosts.holders()
     seen = threading.Event()
 
@@ -185,7 +185,7 @@ def test_flushall_while_a_host_is_a_beat_behind_moves_no_chat(hosts: TwoHosts, f
     well under the 7 s a host may miss beats) while alpha beats again and takes beta's chats' turns."""
     k = ROUNDS + 1
     for i in range(CHATS):
-        add_rule(llm, _tag(i, k), {"content": f"done {i:02d}.{k}"})
+        add_rule(llm, _tag(i, k), {"content": f"done {i:02d}.{k}"}, repeat=True)
     before = hosts.holders()
     on_alpha = [chat for chat, host in flood.holders.items() if host == "alpha"]
     r = hosts.redis()

@@ -26,10 +26,12 @@ OTHER = {"alpha": "beta", "beta": "alpha"}
 
 class TwoHosts(Stack):
     def __init__(self, tmp: Path, llm_url: str, database_url: str | None = None):
-        # the turn lease stays the stack's 6 s: a killed worker's turn comes back once its heartbeat
-        # has expired (7 s) anyway, and a shorter lease is lost by live turns on a loaded machine
+        # the turn lease is 10 s: a killed worker's turn comes back once its heartbeat has expired (7 s)
+        # anyway, and a shorter lease is lost by live turns when the machine is busy (the sweeper then
+        # reruns a turn that was not dead)
         super().__init__(tmp, llm_url, database_url=database_url or f"sqlite:///{tmp / 'home' / 'data' / 'picobot.db'}")
         cfg = json.loads((self.home / "config.json").read_text())
+        cfg["gateway"]["turn_lease_secs"] = 10
         self.homes: dict[str, Path] = {}
         for host in HOSTS:
             home = tmp / f"home-{host}"
