@@ -19,6 +19,7 @@ import httpx
 import websocket
 
 from picobot.cli.embedded_redis import free_port, start_embedded
+from picobot.cli.processes import lower_priority
 
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-test-" + "S3CRETKEY" * 3  # must never show up in logs, frames or the database
@@ -69,7 +70,7 @@ class Stack:
     def _spawn(self, name: str, argv: list[str], nice: int = 0, env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
         self._log_files.append(log)
-        preexec = (lambda: os.nice(nice)) if nice > 0 else None
+        preexec = (lambda: lower_priority(nice)) if nice > 0 else None
         proc = subprocess.Popen([sys.executable, "-m", "picobot", *argv], env={**self.env, **(env or {})}, cwd=self.cwd,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
         self.procs[name] = proc
