@@ -81,11 +81,12 @@ class Stack:
         wait_for(lambda: self._http_ok("/health"), 30, "web did not start")
 
     def start_worker(self, name: str = "w1", concurrency: int = 50, nice: int = 0,
-                     env: dict[str, str] | None = None) -> subprocess.Popen:
+                     env: dict[str, str] | None = None, timeout: float = 40) -> subprocess.Popen:
         """`nice`: the niceness `picobot up` gives its workers (the benchmarks run them as deployed).
         `env`: overrides for this worker (another host: PICOBOT_HOST_ID and a home of its own)."""
         proc = self._spawn(name, ["worker", "-c", str(concurrency), "-n", f"{name}@%h"], nice=nice, env=env)
-        wait_for(lambda: any(n.startswith(f"{name}@") for n in self.workers_alive()), 40, f"worker {name} did not start")
+        wait_for(lambda: any(n.startswith(f"{name}@") for n in self.workers_alive()), timeout,
+                 f"worker {name} did not start")
         return proc
 
     def start_beat(self) -> None:

@@ -26,6 +26,7 @@ from picobot.storage.group_commit import GroupCommit
 def db(db_url: str) -> Iterator[Database]:
     d = Database(db_url)
     d.migrate()
+    d.group_commit = True  # as the web sets it
     yield d
     d.dispose()
 

@@ -110,6 +110,10 @@ class Database:
         # SQLite has one writer: writers queue for it in WriteTurn rather than in its busy handler.
         self._write_turn: WriteTurn | None = WriteTurn(self._sqlite_file()) if self.is_sqlite else None
         self._group: GroupCommit | None = None
+        # On in the web, which acknowledges input while its clients wait; off in workers, whose many
+        # busy threads would hold the write lock longer for a batch than for one write (measured: each
+        # statement waits for the interpreter lock again).
+        self.group_commit = False
 
     def _sqlite_file(self) -> str | None:
         path = self.url.split(":///", 1)[1] if ":///" in self.url else ""
@@ -139,7 +143,11 @@ class Database:
 
     def grouped(self, fn: Callable[[Connection], T]) -> T:
         """`fn(conn)` in a write transaction shared with other threads' grouped writes (group commit,
-        picobot/storage/group_commit.py); returns once committed. For the intake of many small inputs."""
+        picobot/storage/group_commit.py); returns once committed. For the intake of many small inputs.
+        Without `group_commit` it is one transaction of its own."""
+        if not self.group_commit:
+            with self.begin() as conn:
+                return fn(conn)
         if self._group is None:
             with self._lock:
                 if self._group is None:
