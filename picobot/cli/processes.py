@@ -144,9 +144,8 @@ MAX_AUTO_WORKERS = 8
 def worker_nice(environ: dict[str, str] | None = None) -> int:
     """$PICOBOT_WORKER_NICE (0-19, default 0): niceness added to the workers `picobot up` starts.
 
-    Measured (docs/BENCHMARKS.md, Feishu): on SQLite a niced worker does not let the web answer sooner —
-    the web's acknowledgement waits on the database's write lock the worker holds — and the worker's
-    throughput falls, so the default is 0."""
+    Measured (docs/BENCHMARKS.md, Feishu): the web's acknowledgement waited mostly on the database's write
+    lock, not for CPU, and a niced worker answers fewer events, so the default is 0."""
     env = os.environ if environ is None else environ
     raw = (env.get("PICOBOT_WORKER_NICE") or "0").strip()
     if not raw.isdigit() or not 0 <= int(raw) <= 19:
