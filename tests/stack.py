@@ -21,6 +21,7 @@ import httpx
 import websocket
 
 from picobot.cli.embedded_redis import free_port, start_embedded
+from picobot.cli.processes import lower_priority
 from picobot.config.home import default_database_url
 from picobot.storage.db import Database
 
@@ -99,7 +100,7 @@ class Stack:
     def _spawn(self, name: str, argv: list[str], nice: int = 0, env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
         self._log_files.append(log)
-        preexec = (lambda: os.nice(nice)) if nice > 0 else None
+        preexec = (lambda: lower_priority(nice)) if nice > 0 else None
         proc = subprocess.Popen([sys.executable, "-m", "picobot", *argv], env={**self.env, **(env or {})}, cwd=self.cwd,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
         self.procs[name] = proc
@@ -114,20 +115,20 @@ class Stack:
         wait_for(lambda: self._http_ok("/health"), timeout, "web did not start")
 
     def start_worker(self, name: str = "w1", concurrency: int = 50, nice: int = 0,
-                     env: dict[str, str] | None = None, wait: bool = True) -> subprocess.Popen:
+                     env: dict[str, str] | None = None, wait: bool = True, timeout: float = 40) -> subprocess.Popen:
         """`nice`: the niceness `picobot up` gives its workers (the benchmarks run them as deployed).
         `env`: overrides for this worker (another host: PICOBOT_HOST_ID and a home of its own).
         `wait=False`: return at once (processes started together start sooner); `wait_workers` then."""
         proc = self._spawn(name, ["worker", "-c", str(concurrency), "-n", f"{name}@%h"], nice=nice, env=env)
         if wait:
-            self.wait_workers(name)
+            self.wait_workers(name, timeout=timeout)
         return proc
 
-    def wait_workers(self, *names: str) -> None:
+    def wait_workers(self, *names: str, timeout: float | None = None) -> None:
         def up() -> bool:
             alive = self.workers_alive()
             return all(any(n.startswith(f"{name}@") for n in alive) for name in names)
-        wait_for(up, 60 if len(names) > 1 else 40, f"workers {', '.join(names)} did not start")
+        wait_for(up, timeout or (60 if len(names) > 1 else 40), f"workers {', '.join(names)} did not start")
 
     def start_beat(self) -> None:
         self._spawn("beat", ["beat"])

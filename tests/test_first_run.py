@@ -92,6 +92,11 @@ def test_up_demo_answers_with_a_tool_call_and_no_key(tmp_path: Path) -> None:
         webs = [n for cmd, n in nice.items() if "gunicorn" in cmd]
         assert len(workers) == 2 and all(n == 5 for n in workers), nice
         assert webs and all(n == 0 for n in webs), nice
+        # and their scheduling groups (each child leads a session: an autogroup of its own on Linux)
+        groups = {_cmdline(pid): _autogroup_nice(pid) for pid in _group(proc.pid)}
+        if any(n is not None for n in groups.values()):
+            assert sorted(n for cmd, n in groups.items() if "celery" in cmd and " worker " in f" {cmd} ") == [5, 5]
+            assert all(n == 0 for cmd, n in groups.items() if "gunicorn" in cmd), groups
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
@@ -128,6 +133,14 @@ def _cmdline(pid: int) -> str:
 
 def _niceness(pid: int) -> int:
     return int((Path(f"/proc/{pid}/stat").read_text()).rsplit(")", 1)[1].split()[16])
+
+
+def _autogroup_nice(pid: int) -> int | None:
+    """The niceness of the process's autogroup ("/autogroup-42 nice 5"), or None without autogroups."""
+    try:
+        return int(Path(f"/proc/{pid}/autogroup").read_text().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def test_the_worker_count_is_checked() -> None:

@@ -42,6 +42,7 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
         assert config is not None
         runtime = build_runtime(config, CeleryTaskQueue(make_celery(config)), migrate=True)
     setup_logging(runtime.config)
+    runtime.db.group_commit = True  # the web acknowledges input while clients wait: commit it in groups
 
     app = Flask(__name__)
     app.request_class = JsonSafeRequest

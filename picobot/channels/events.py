@@ -36,8 +36,7 @@ def record(db: Database, channel: str, event_key: str, payload: dict[str, Any]) 
     """(event id, created) — store the raw event before the platform is answered."""
     if not channel or not event_key:
         raise ValueError("a channel event needs a channel and an event key")
-    with db.begin() as conn:
-        return store.record(conn, channel, event_key[:256], payload)
+    return db.grouped(lambda conn: store.record(conn, channel, event_key[:256], payload))
 
 
 def process(rt: "ChannelPorts", event_id: int) -> str:

@@ -51,6 +51,22 @@ def flower_argv(port: int = 5555) -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "worker.app", "flower", f"--port={port}", "--address=127.0.0.1"]
 
 
+def lower_priority(increment: int) -> None:
+    """Add `increment` to this process's niceness; run in a child started in a session of its own.
+
+    Linux schedules each session as one group (autogroup, on by default), and niceness weighs only
+    against the processes of the same group: a niced child in a new session still gets a full share
+    against the web's session. So the child also lowers its group's weight (/proc/self/autogroup),
+    which is what makes the niceness hold against the web. No autogroups (or not Linux): os.nice alone.
+    """
+    os.nice(increment)
+    try:
+        with open("/proc/self/autogroup", "w") as group:
+            group.write(str(min(19, increment)))
+    except OSError:
+        pass
+
+
 @dataclass
 class Child:
     name: str
@@ -62,7 +78,7 @@ class Child:
 
     def start(self, env: dict[str, str]) -> None:
         increment = self.nice
-        preexec = (lambda: os.nice(increment)) if increment > 0 else None
+        preexec = (lambda: lower_priority(increment)) if increment > 0 else None
         self.proc = subprocess.Popen(self.argv, env=env, start_new_session=True, preexec_fn=preexec)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
@@ -128,9 +144,8 @@ MAX_AUTO_WORKERS = 8
 def worker_nice(environ: dict[str, str] | None = None) -> int:
     """$PICOBOT_WORKER_NICE (0-19, default 0): niceness added to the workers `picobot up` starts.
 
-    Measured (docs/BENCHMARKS.md, Feishu): on SQLite a niced worker does not let the web answer sooner —
-    the web's acknowledgement waits on the database's write lock the worker holds — and the worker's
-    throughput falls, so the default is 0."""
+    Measured (docs/BENCHMARKS.md, Feishu): the web's acknowledgement waited mostly on the database's write
+    lock, not for CPU, and a niced worker answers fewer events, so the default is 0."""
     env = os.environ if environ is None else environ
     raw = (env.get("PICOBOT_WORKER_NICE") or "0").strip()
     if not raw.isdigit() or not 0 <= int(raw) <= 19:

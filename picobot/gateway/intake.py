@@ -6,6 +6,8 @@ import logging
 from dataclasses import replace
 from typing import Any, Callable
 
+from sqlalchemy import Connection
+
 from picobot.config.access import agent_for, allowed
 from picobot.domain.messages import Content
 from picobot.domain.text import repair_content
@@ -67,16 +69,23 @@ class Gateway:
 
     def _accept(self, msg: InboundMessage) -> Reply:
         mode = MODE_QUEUE if msg.mode == MODE_QUEUE else MODE_STEER
-        with self.rt.db.begin() as conn:
-            session_id = sessions.current_or_create_id(conn, msg.channel, msg.chat_id,
-                                                       agent_for(self.rt.config, msg.channel))
+        agent = agent_for(self.rt.config, msg.channel)
+
+        def store(conn: Connection) -> tuple[str, inbound.Queued | None, bool, bool]:
+            session_id = sessions.current_or_create_id(conn, msg.channel, msg.chat_id, agent)
             pending, busy = inbound.intake_state(conn, session_id)
             if pending >= MAX_PENDING_PER_SESSION:
-                return Reply("rejected", session_id=session_id, fate="rejected", code="queue_full",
-                             text=f"This dialog already has {MAX_PENDING_PER_SESSION} messages waiting; "
-                                  "wait for the agent or /stop.")
+                return session_id, None, False, busy
             row, created = inbound.enqueue(conn, session_id, msg.channel, msg.content, msg.sender_id, mode,
                                            msg.platform_message_id)
+            return session_id, row, created, busy
+
+        # committed with the other inputs arriving at the same time (group commit), before any answer
+        session_id, row, created, busy = self.rt.db.grouped(store)
+        if row is None:
+            return Reply("rejected", session_id=session_id, fate="rejected", code="queue_full",
+                         text=f"This dialog already has {MAX_PENDING_PER_SESSION} messages waiting; "
+                              "wait for the agent or /stop.")
         seq = row.seq
         if not created:
             return Reply("accepted", session_id=session_id, seq=seq, fate="duplicate")

@@ -29,6 +29,8 @@ from picobot.webhooks.signature import SIGNATURE_HEADER, TIMESTAMP_HEADER, Signa
 from picobot.webhooks.template import Template, TemplateError, compile_template
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from picobot.config.schema import HookConfig
     from picobot.runtime.ports import Ports
 
@@ -137,14 +139,18 @@ def _store(ports: "Ports", name: str, hook: "HookConfig", prompt: str, key: str 
         channel, chat_id = hook.deliver.channel, hook.deliver.chat_id
     else:
         channel, chat_id = SILENT_CHANNEL, f"{name}:{run_id}"
-    try:
-        with ports.db.begin() as conn:
-            session_id = sessions.current_or_create_id(conn, channel, chat_id, hook.agent)
-            values = {"id": run_id, "hook": name, "idempotency_key": key, "mode": hook.mode, "channel": channel,
-                      "session_id": session_id, "created_at": time.time() if now is None else now}
-            if not runs.insert_run(conn, values):
-                raise _LostRace  # a concurrent repeat of the same key won: roll back, answer with its run
-            inbound.enqueue(conn, session_id, channel, prompt, f"hook:{name}", MODE_QUEUE, runs.input_id(run_id))
+
+    def store(conn: Connection) -> str:
+        session_id = sessions.current_or_create_id(conn, channel, chat_id, hook.agent)
+        values = {"id": run_id, "hook": name, "idempotency_key": key, "mode": hook.mode, "channel": channel,
+                  "session_id": session_id, "created_at": time.time() if now is None else now}
+        if not runs.insert_run(conn, values):
+            raise _LostRace  # a concurrent repeat of the same key won: roll back, answer with its run
+        inbound.enqueue(conn, session_id, channel, prompt, f"hook:{name}", MODE_QUEUE, runs.input_id(run_id))
+        return session_id
+
+    try:  # committed with the other inputs arriving at the same time (group commit), before the answer
+        session_id = ports.db.grouped(store)
     except _LostRace:
         with ports.db.connect() as conn:
             return Accepted(str(runs.by_key(conn, name, str(key))), False)

@@ -63,6 +63,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lag-events", type=int, default=40, help="events of the light-load delivery-lag phase")
     p.add_argument("--worker-nice", type=int, default=0,
                    help="niceness added to the worker (PICOBOT_WORKER_NICE of picobot up; default 0, as the web)")
+    p.add_argument("--renice", type=int, default=0,
+                   help="run every process of the benchmark (this client, the bare app, web, worker, beat) at this "
+                        "scheduling-group niceness (Linux autogroups; below 0 needs root): on a machine busy with "
+                        "other work the stack then gets the CPU it would have on a quiet one. The worker's "
+                        "--worker-nice is added to it. Default 0: off")
 
 
 def blast(url: str, wires: list[tuple[bytes, dict[str, str]]], rate: float) -> tuple[list[float], int]:
@@ -105,7 +110,17 @@ def prepare(sender: EventSender, n: int, text: str) -> tuple[list[str], list[tup
     return ids, wires
 
 
-def bare_baseline(wires: list[tuple[bytes, dict[str, str]]], rate: float, tmp: Path) -> list[float]:
+def renice(pids: list[int], niceness: int) -> None:
+    """Set the autogroup niceness of these processes' sessions (--renice); each started a session of its own."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/autogroup", "w") as group:
+                group.write(str(max(-20, min(19, niceness))))
+        except OSError as exc:
+            log(f"feishu: --renice {niceness} of process {pid} failed ({exc})")
+
+
+def bare_baseline(wires: list[tuple[bytes, dict[str, str]]], rate: float, tmp: Path, niceness: int = 0) -> list[float]:
     from picobot.cli.processes import web_argv
 
     port = free_port()
@@ -115,6 +130,8 @@ def bare_baseline(wires: list[tuple[bytes, dict[str, str]]], rate: float, tmp: P
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_for(lambda: _ok(f"http://127.0.0.1:{port}/health"), 30, "the bare webhook app did not start")
+            if niceness:
+                renice([proc.pid], niceness)
             return blast(f"http://127.0.0.1:{port}/feishu/events", wires, rate)[0]
         finally:
             os.killpg(proc.pid, 15)
@@ -184,7 +201,9 @@ def run(args: argparse.Namespace) -> Result:
         sender = EventSender("http://unused", "vtok", "ekey", app_id=fake.app_id, fake=fake)
         ids, wires = prepare(sender, n, "bench")
         log(f"feishu: baseline, bare Flask JSON endpoint, {n} events at {args.rate:g}/s")
-        bare = bare_baseline(wires, args.rate, tmp)
+        if args.renice:
+            renice([os.getpid()], args.renice)
+        bare = bare_baseline(wires, args.rate, tmp, args.renice)
 
         stack = Stack(tmp, llm.url, database_url=database_url, gateway=BENCH_GATEWAY)
         cfg = json.loads((stack.home / "config.json").read_text())
@@ -194,12 +213,16 @@ def run(args: argparse.Namespace) -> Result:
         stack.env.update(PICOBOT_BENCH_MODULES_DIR=str(probe_dir),
                          PYTHONPATH=os.pathsep.join([str(tmp / "probe"), str(ROOT)]))
         stack.start_web()
-        stack.start_worker("w1", concurrency=200, nice=args.worker_nice)  # --worker-nice: as PICOBOT_WORKER_NICE runs it
+        # --worker-nice: as PICOBOT_WORKER_NICE runs it (a niced worker starts slowly on a busy machine)
+        stack.start_worker("w1", concurrency=200, nice=args.worker_nice, timeout=180)
         stack.start_beat()
         url = f"{stack.http}/feishu/events"
 
         worker_tree = process_tree(stack.procs["w1"].pid) + process_tree(stack.procs["beat"].pid)
         web_tree = process_tree(stack.procs["web"].pid)
+        if args.renice:
+            renice([stack.procs["web"].pid, stack.procs["beat"].pid, stack.redis_proc.pid, llm.proc.pid], args.renice)
+            renice([stack.procs["w1"].pid], args.renice + args.worker_nice)
 
         log(f"feishu: warm-up, {int(args.rate)} events at {args.rate:g}/s (not counted)")
         warm_ids, warm_wires = prepare(sender, int(args.rate), "warm")
@@ -247,11 +270,15 @@ def run(args: argparse.Namespace) -> Result:
 
     res = Result(NAME)
     (w50, w99), (a50, a99), (b50, b99) = p50_p99(alone), p50_p99(acks), p50_p99(bare)
-    for label, (p50, p99) in (("web alone", (w50, w99)), ("worker on same cores", (a50, a99))):
-        res.add(f"webhook ack p50 at {args.rate:g}/s, {label}", p50, "ms", "", None, f"bare Flask {b50:.1f} ms",
-                f"{p50 / b50:.1f}x bare" if b50 else "")
-        res.add(f"webhook ack p99 at {args.rate:g}/s, {label}", p99, "ms", "<= 50", p99 <= 50,
-                f"bare Flask {b99:.1f} ms", f"{p99 / b99:.1f}x bare" if b99 else "")
+    res.add(f"webhook ack p50 at {args.rate:g}/s, web alone", w50, "ms", "", None, f"bare Flask {b50:.1f} ms",
+            f"{w50 / b50:.1f}x bare" if b50 else "")
+    res.add(f"webhook ack p99 at {args.rate:g}/s, web alone", w99, "ms", "<= 50", w99 <= 50,
+            f"bare Flask {b99:.1f} ms", f"{w99 / b99:.1f}x bare" if b99 else "")
+    # the figure the target is about, against the same run's web alone (and bare Flask)
+    res.add(f"webhook ack p50 at {args.rate:g}/s, worker on same cores", a50, "ms", "", None,
+            f"web alone {w50:.1f} ms", f"{a50 / w50:.1f}x alone, {a50 / b50:.0f}x bare" if w50 and b50 else "")
+    res.add(f"webhook ack p99 at {args.rate:g}/s, worker on same cores", a99, "ms", "<= 50", a99 <= 50,
+            f"web alone {w99:.1f} ms", f"{a99 / w99:.1f}x alone, {a99 / b99:.0f}x bare" if w99 and b99 else "")
     res.add("web CPU per acknowledged event", web_cpu_ms, "ms")
     c50, c99 = p50_p99(cold)
     res.notes.append(f"cold start (the first {len(cold)} events after the web started, not in the table): "
@@ -267,6 +294,9 @@ def run(args: argparse.Namespace) -> Result:
     lark_free = not any(m.startswith("lark_oapi") for m in web_mods | worker_mods)
     res.add("lark_oapi imported by web or worker", 0.0 if lark_free else 1.0, "", "0", lark_free and bool(web_mods)
             and bool(worker_mods))
+    if args.renice or args.worker_nice:
+        res.notes.append(f"scheduling: every process of the benchmark at autogroup niceness {args.renice}, "
+                         f"the worker at {args.renice + args.worker_nice}")
     res.notes += [f"{len(alone)} + {len(acks)} of {n} + {n} events acknowledged with 200 "
                   f"({alone_failures} + {failures} failed); "
                   f"{len(loaded_lag)} replies matched to turns under load, {len(light_lag)} of {args.lag_events} light",
