@@ -341,7 +341,9 @@ def test_the_task_runs_on_a_worker_once_even_when_sent_twice(worker_stack: Stack
     wait_for(lambda: "another run holds the lock" in worker_stack.all_logs(), 60, "the second task did not finish")
     assert len(_maintenance_requests(llm)) == 1
     assert agent_md.read_text().startswith("the owner's words\n")
-    assert "memory maintenance: 1 scope(s) processed, 0 failed, AGENT.md rewritten" in worker_stack.all_logs()
+    # the run logs its report after writing the file: wait for the line rather than race it
+    wait_for(lambda: "memory maintenance: 1 scope(s) processed, 0 failed, AGENT.md rewritten" in worker_stack.all_logs(),
+             30, "the run never reported")
 
     cli = worker_stack.cli("memory", "maintain")
     assert cli.returncode == 0 and "nothing to do" in cli.stdout, cli.stderr
