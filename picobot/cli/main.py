@@ -116,7 +116,9 @@ def cmd_web(args: argparse.Namespace) -> int:
     from picobot.storage.db import Database
 
     config = _config()
-    Database(config.database_url).migrate()
+    db = Database(config.database_url)
+    db.migrate()
+    db.dispose()  # gunicorn forks its worker next: no connection of this engine goes along
     return exec_argv(web_argv(config, bind=args.bind))
 
 
