@@ -89,6 +89,13 @@ def _device(row: Any) -> Device:
                   last_used_at=row.last_used_at, revoked_at=row.revoked_at)
 
 
+def new_token() -> str:
+    """A device token that never starts with "-": `picobot chat --token <token>` would take it for an option."""
+    while (token := secrets.token_urlsafe(TOKEN_BYTES)).startswith("-"):
+        pass
+    return token
+
+
 class Pairing:
     """Codes and tokens against the database. Stateless apart from `db`; `now` is injectable for tests."""
 
@@ -123,7 +130,7 @@ class Pairing:
     def _issue(self, s: Any, name: str, kind: str, now: float) -> IssuedToken:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}")
-        token = secrets.token_urlsafe(TOKEN_BYTES)
+        token = new_token()
         row = store.add_device(s, "dev_" + secrets.token_hex(5), digest(token), name or kind, kind, now)
         return IssuedToken(token, _device(row))
 

@@ -280,3 +280,12 @@ def test_revoking_a_device_hangs_up_its_open_socket(stack: Stack) -> None:
         rest = ""
     assert not rest
     stack.redis().delete("picobot:pairfail:127.0.0.1")
+
+
+def test_a_token_never_starts_with_a_dash() -> None:
+    """`picobot chat --token <token>` would read a token starting with "-" as an option (1 in 64 did)."""
+    from picobot.pairing import new_token
+
+    tokens = [new_token() for _ in range(3000)]
+    assert not [t for t in tokens if t.startswith("-")]
+    assert len(set(tokens)) == len(tokens) and all(len(t) >= 43 for t in tokens)

@@ -111,11 +111,11 @@ class Bench:
 
     @property
     def web_pid(self) -> int:
-        return self.stack.procs["web"].pid  # `picobot web` execs gunicorn: this is the master
+        return self.stack.procs["web"].pid  # `picobot web` runs gunicorn in its own process: this is the master
 
     @property
     def worker_pid(self) -> int:
-        return self.stack.procs["w1"].pid  # `picobot worker` execs celery (threads pool: one process)
+        return self.stack.procs["w1"].pid  # `picobot worker` runs celery in its own process (threads pool: one process)
 
     def web_pids(self) -> list[int]:
         return process_tree(self.web_pid)

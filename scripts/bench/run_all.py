@@ -20,7 +20,7 @@ BENCHES = ("overhead", "concurrency", "cpu", "memory", "fake_llm", "prompt_cost"
            "compaction", "subagent", "memory_search", "scheduler",
            "feishu", "plugin_hooks", "channels", "observability", "openai_api", "webhooks", "log_capture",
            "operator_pages", "fallback", "model_switch", "usage_report", "agent_files", "titles", "budget_check",
-           "content_search", "browser", "approval_roundtrip")
+           "content_search", "browser", "approval_roundtrip", "startup")
 
 
 def main() -> int:
