@@ -307,3 +307,18 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
             return value
         time.sleep(0.1)
     raise TimeoutError(what)
+
+
+def all_at_once(n: int, fn: Callable[[int], Any]) -> list[Any]:
+    """fn(0..n-1) in n threads released together; re-raises the first failure."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    gate = threading.Barrier(n)
+
+    def run(i: int) -> Any:
+        gate.wait()
+        return fn(i)
+
+    with ThreadPoolExecutor(n) as pool:
+        return [f.result() for f in [pool.submit(run, i) for i in range(n)]]

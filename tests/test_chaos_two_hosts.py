@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import add_rule
-from tests.stack import WsClient, wait_for
+from tests.stack import WsClient, all_at_once, wait_for
 from tests.two_hosts import HOSTS, OTHER, WORKER, TwoHosts
 
 pytestmark = pytest.mark.slow
@@ -71,14 +71,14 @@ def flood(hosts: TwoHosts, fake_llm) -> Iterator[Flood]:  # type: ignore[no-unty
             if k:
                 calls.insert(0, {"name": "read", "arguments": {"path": _file(i, k - 1)}})
             add_rule(fake_llm, _tag(i, k), {"tool_calls": calls}, {"content": f"done {i:02d}.{k}"}, repeat=True)
-    clients = _all_at_once(CHATS, lambda i: hosts.client(_chat(i)))
+    clients = all_at_once(CHATS, lambda i: hosts.client(_chat(i)))
     by_chat = {c.chat_id: c for c in clients}
 
     def chat(i: int) -> None:  # the first message pins the chat; the next ones come at once, to an idle chat
         _converse(clients[i], [f"flood {_tag(i, 0)}"])
         _converse(clients[i], [f"flood {_tag(i, k)}" for k in range(1, ROUNDS)])
 
-    _all_at_once(CHATS, chat)
+    all_at_once(CHATS, chat)
     result = Flood(by_chat, {chat: host for chat, (host, _) in hosts.holders().items() if chat in by_chat},
                    fake_llm.requests())
     try:
@@ -122,7 +122,7 @@ def test_same_chat_many_senders_take_turns_one_at_a_time_on_its_host(hosts: TwoH
     clients = [hosts.client("crowd") for _ in range(senders)]
     try:
         for w in range(waves):
-            accepted = _all_at_once(senders, lambda j: clients[j].say(f"<crowd {w}.{j}>", mode="queue"))
+            accepted = all_at_once(senders, lambda j: clients[j].say(f"<crowd {w}.{j}>", mode="queue"))
             assert all(a["type"] == "accepted" for a in accepted), accepted
             seqs = {a["seq"] for a in accepted}
             assert seqs == set(range(w * senders + 1, (w + 1) * senders + 1))
@@ -164,7 +164,7 @@ def test_flushall_mid_flood_loses_nothing_and_moves_no_chat(hosts: TwoHosts, flo
 
     flusher = threading.Thread(target=flush_when_busy)
     flusher.start()
-    _all_at_once(CHATS, lambda i: _converse(flood.clients[_chat(i)], [f"flood {_tag(i, k)}"]))
+    all_at_once(CHATS, lambda i: _converse(flood.clients[_chat(i)], [f"flood {_tag(i, k)}"]))
     flusher.join()
     assert seen.is_set()
     assert hosts.holders() == before  # a flush never moves a chat
@@ -194,7 +194,7 @@ def test_flushall_while_a_host_is_a_beat_behind_moves_no_chat(hosts: TwoHosts, f
         r.flushall()
         wait_for(lambda: r.zscore("picobot:hosts", "alpha") is not None, 10, "alpha never beat after the flush")
         with ThreadPoolExecutor(1) as pool:
-            talk = pool.submit(_all_at_once, CHATS, lambda i: _converse(flood.clients[_chat(i)], [f"flood {_tag(i, k)}"]))
+            talk = pool.submit(all_at_once, CHATS, lambda i: _converse(flood.clients[_chat(i)], [f"flood {_tag(i, k)}"]))
             try:  # alpha has taken its tasks (and seen beta's) when its own chats are answered; beta wakes by then
                 wait_for(lambda: all(_answered(hosts, flood.clients[chat], ROUNDS + 2) for chat in on_alpha), 3, "")
             except TimeoutError:
@@ -224,7 +224,7 @@ def test_kill_9_of_the_holding_host_mid_turn_moves_the_chat_and_reruns_it(hosts:
              "the model never saw the turn")
     hosts.kill_host(victim)  # kill -9 the holding host's only worker, mid model call
     # the other host's chats are served meanwhile, where they are
-    replies = _all_at_once(len(bystanders), lambda j: flood.clients[bystanders[j]].ask(f"<while {bystanders[j]} waits>"))
+    replies = all_at_once(len(bystanders), lambda j: flood.clients[bystanders[j]].ask(f"<while {bystanders[j]} waits>"))
     assert [r["final_text"] for r in replies] == [f"still here {chat}" for chat in bystanders]
     done = c.wait_completed(acc["seq"], timeout=90)
     assert done["status"] == "completed" and done["final_text"] == "answered after the move"
@@ -253,18 +253,6 @@ def test_kill_9_of_the_holding_host_mid_turn_moves_the_chat_and_reruns_it(hosts:
 
 
 # --- helpers ---------------------------------------------------------------------------------
-
-
-def _all_at_once(n: int, fn: Callable[[int], Any]) -> list[Any]:
-    """fn(0..n-1) in n threads released together; re-raises the first failure."""
-    gate = threading.Barrier(n)
-
-    def run(i: int) -> Any:
-        gate.wait()
-        return fn(i)
-
-    with ThreadPoolExecutor(n) as pool:
-        return [f.result() for f in [pool.submit(run, i) for i in range(n)]]
 
 
 def _converse(c: WsClient, texts: list[str], timeout: float = 90) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ import sqlalchemy
 from picobot.storage import inbound, outbox, sessions
 from picobot.storage.db import Database
 from picobot.storage.models import ChatScopeRow, InboundRow, OutboxRow, SessionRow
-from tests.stack import Stack, WsClient
+from tests.stack import Stack, WsClient, all_at_once
 
 THREADS = 16
 
@@ -30,18 +30,6 @@ def db(db_url: str) -> Iterator[Database]:
     d.dispose()
 
 
-def _all_at_once(n: int, fn: Callable[[int], Any]) -> list[Any]:
-    """Run fn(0..n-1) in n threads released together; re-raise the first failure."""
-    gate = threading.Barrier(n)
-
-    def run(i: int) -> Any:
-        gate.wait()
-        return fn(i)
-
-    with ThreadPoolExecutor(n) as pool:
-        return [f.result() for f in [pool.submit(run, i) for i in range(n)]]
-
-
 def _count(db: Database, column: Any, *where: Any) -> int:
     with db.read() as s:
         return s.scalar(sqlalchemy.select(sqlalchemy.func.count(column)).where(*where)) or 0
@@ -52,7 +40,7 @@ def test_first_dialog_of_a_new_chat_is_created_once(db: Database) -> None:
         with db.write() as s:
             return sessions.get_or_create_current(s, "cli_chat", "newcomer").id
 
-    ids = _all_at_once(THREADS, open_chat)
+    ids = all_at_once(THREADS, open_chat)
     assert set(ids) == {"cli_chat:newcomer:default"}
     assert _count(db, SessionRow.id, SessionRow.chat_id == "newcomer") == 1
     assert _count(db, ChatScopeRow.scope, ChatScopeRow.scope == "cli_chat:newcomer") == 1
@@ -65,7 +53,7 @@ def test_first_message_of_a_new_chat_races_on_the_core_path(db: Database) -> Non
             inbound.enqueue(conn, sid, "web", f"hello {i}", "u")
             return sid
 
-    assert set(_all_at_once(THREADS, first_message)) == {"web:two-tabs:default"}
+    assert set(all_at_once(THREADS, first_message)) == {"web:two-tabs:default"}
     assert _count(db, InboundRow.id, InboundRow.session_id == "web:two-tabs:default") == THREADS
 
 
@@ -77,7 +65,7 @@ def test_a_platform_event_delivered_twice_at_once_is_stored_once(db: Database) -
         with db.begin() as conn:
             return inbound.enqueue(conn, sid, "feishu", "hi", "u", platform_message_id="om_twice")[1]
 
-    assert sorted(_all_at_once(THREADS, deliver)) == [False] * (THREADS - 1) + [True]
+    assert sorted(all_at_once(THREADS, deliver)) == [False] * (THREADS - 1) + [True]
     assert _count(db, InboundRow.id, InboundRow.platform_message_id == "om_twice") == 1
 
 
@@ -86,7 +74,7 @@ def test_an_outbound_delivery_is_recorded_once_per_idempotency_key(db: Database)
         with db.write() as s:
             return outbox.add(s, "feishu", "group", {"text": f"answer {i}"}, idempotency_key="turn-1:0")
 
-    assert sorted(_all_at_once(THREADS, record)) == [False] * (THREADS - 1) + [True]
+    assert sorted(all_at_once(THREADS, record)) == [False] * (THREADS - 1) + [True]
     assert _count(db, OutboxRow.id, OutboxRow.idempotency_key == "turn-1:0") == 1
 
 
@@ -98,7 +86,7 @@ def test_many_clients_opening_new_chats_at_once_all_get_ready(tmp_path: Path, fa
         stack.start_web()
         token = stack.token
         chats = [f"crowd-{i // 2}" for i in range(40)]
-        clients: list[WsClient] = _all_at_once(len(chats), lambda i: WsClient(stack.ws_url, chats[i], token=token))
+        clients: list[WsClient] = all_at_once(len(chats), lambda i: WsClient(stack.ws_url, chats[i], token=token))
         try:
             by_chat: dict[str, set[str]] = {}
             for c in clients:
