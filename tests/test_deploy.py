@@ -72,7 +72,8 @@ def test_procfile_has_every_process_and_matches_the_cli() -> None:
     assert worker[:4] == ["celery", "-A", "worker.app", "worker"]
     for opt in ("-P", "-c", "-Q"):
         assert option(worker, opt) == option(cli_worker, opt), opt
-    assert {"-E", "--without-mingle", "--without-gossip"} <= set(worker)
+    assert {"--without-mingle", "--without-gossip"} <= set(worker)
+    assert "-E" not in worker and "-E" not in cli_worker  # task events on demand (Flower switches them on)
 
     beat = procfile_argv("beat", "8000")
     assert beat[:4] == ["celery", "-A", "worker.app", "beat"]

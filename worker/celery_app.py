@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 from celery import Celery, signals
@@ -69,7 +70,9 @@ def make_celery(config: Config) -> PicoCelery:
                      HOOK_CALLBACK_TASK: {"queue": QUEUE_OUTBOUND}},
         task_serializer="json", accept_content=["json"],
         worker_prefetch_multiplier=1,
-        worker_send_task_events=True,
+        # task events on demand: Flower (or `celery control enable_events`) switches them on, and a turn
+        # without a monitor spends no publishes on them; PICOBOT_TASK_EVENTS=1 sends them from the start
+        worker_send_task_events=os.environ.get("PICOBOT_TASK_EVENTS", "").strip().lower() in ("1", "true", "yes", "on"),
         task_send_sent_event=False,  # one broker publish per turn, not two; Flower still sees every task
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,

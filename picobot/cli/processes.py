@@ -24,7 +24,7 @@ def web_argv(config: Config, bind: str | None = None, threads: int = 1100) -> li
 
 def worker_argv(concurrency: int = 200, queues: str = WORKER_QUEUES, name: str | None = None) -> list[str]:
     argv = [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-P", "threads", "-c", str(concurrency),
-            "-Q", queues, "-E", "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
+            "-Q", queues, "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
     if name:
         argv += ["-n", name]
     return argv
