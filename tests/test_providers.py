@@ -520,3 +520,22 @@ def test_fake_answers_200_concurrent_slow_requests(fake: FakeLLM) -> None:
         for t in threads:
             t.join(60)
     assert results == [200] * 200
+
+
+def test_openai_body_encodes_tools_once_and_as_the_sdk_would() -> None:
+    from picobot.providers import openai_provider as op
+
+    specs = (ToolSpec("a", "first ✓", {"type": "object", "properties": {"x": {"type": "string"}}}),
+             ToolSpec("b", "second", {"type": "object"}))
+    body = {"model": "m", "messages": [{"role": "user", "content": "hé"}], "stream": True, "tools": specs}
+    encoded = op._encode_body(body)
+    expected = {**body, "tools": [op._tool(t) for t in specs]}
+    assert json.loads(encoded) == expected
+    assert op._tools_json(specs) is op._tools_json(specs)  # the same set: encoded once
+    # the same names in new objects are encoded again (a changed schema is never served stale)
+    changed = (specs[0], ToolSpec("b", "second, changed", {"type": "object"}))
+    assert json.loads(op._encode_body({**body, "tools": changed}))["tools"][1]["function"]["description"] == "second, changed"
+    # tools replaced through the model's options go out as given
+    assert json.loads(op._encode_body({**body, "tools": [{"type": "x"}]}))["tools"] == [{"type": "x"}]
+    with pytest.raises(ValueError):  # NaN is refused, as the SDK refuses it
+        op._encode_body({**body, "temperature": float("nan")})

@@ -33,6 +33,19 @@ SOCKET_REFRESH_SECS = 10
 SOCKET_RETRY_SECS = 10  # a hint: when a slot frees up depends on the device's other sockets
 
 
+# count one event in each window KEYS[i] of ARGV[i] seconds; the window starts at its first event.
+# Returns count and seconds left for each key, in order.
+_INCR = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  redis.call('SET', key, 0, 'EX', ARGV[i], 'NX')
+  out[#out + 1] = redis.call('INCR', key)
+  out[#out + 1] = redis.call('TTL', key)
+end
+return out
+"""
+
+
 @dataclass(frozen=True)
 class Limited:
     """A refusal: what was exceeded, and when to try again (whole seconds, at least 1)."""
@@ -48,6 +61,7 @@ class RateLimits:
         self.r = r
         self.cfg = cfg
         self._down = False
+        self._incr_script = r.register_script(_INCR)  # EVALSHA: one command per message, not a MULTI of six
 
     # --- messages and dialogs ----------------------------------------------------------------
 
@@ -78,13 +92,8 @@ class RateLimits:
         return None
 
     def _incr(self, keys: list[tuple[bytes, int]]) -> list[tuple[int, int]]:
-        pipe = self.r.pipeline(transaction=True)
-        for key, secs in keys:
-            pipe.set(key, 0, ex=secs, nx=True)  # the window starts at the first event
-            pipe.incr(key)
-            pipe.ttl(key)
-        replies = pipe.execute()
-        return [(int(replies[i + 1]), int(replies[i + 2])) for i in range(0, len(replies), 3)]
+        replies = self._incr_script(keys=[key for key, _ in keys], args=[secs for _, secs in keys])
+        return [(int(replies[i]), int(replies[i + 1])) for i in range(0, len(replies), 2)]
 
     # --- open sockets ------------------------------------------------------------------------
 

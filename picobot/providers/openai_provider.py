@@ -57,7 +57,7 @@ class OpenAIProvider(SdkProvider):
             "stream_options": {"include_usage": True},
         }
         if request.tools:
-            kwargs["tools"] = [_tool(t) for t in request.tools]
+            kwargs["tools"] = tuple(request.tools)  # encoded once per tool set (_encode_body)
         if request.temperature is not None:
             kwargs["temperature"] = request.temperature
         if request.max_tokens is not None:
@@ -84,7 +84,7 @@ class OpenAIProvider(SdkProvider):
 
         body = dict(kwargs)
         body.update(body.pop("extra_body", None) or {})
-        return self._client.post("/chat/completions", body=body, cast_to=ChatCompletion, stream=True,
+        return self._client.post("/chat/completions", body=_encode_body(body), cast_to=ChatCompletion, stream=True,
                                  stream_cls=self._stream_cls[object],
                                  options={"security": {"bearer_auth": True}})
 
@@ -246,6 +246,37 @@ def _completed(text: list[str], reasoning: list[str], tools: dict[int, _ToolAcc]
 
 
 # --- request conversion -------------------------------------------------------------
+
+
+def _dumps(obj: Any) -> bytes:
+    # as the SDK encodes a body (httpx's JSON defaults); NaN is refused, not sent
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+_tool_sets: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], bytes]] = {}
+
+
+def _tools_json(tools: tuple[ToolSpec, ...]) -> bytes:
+    """The `tools` array of a request, encoded once per set of ToolSpec objects (a registry builds its
+    specs once, and they are the largest and the same part of every request)."""
+    key = tuple(map(id, tools))
+    hit = _tool_sets.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], tools)):
+        return hit[1]
+    data = _dumps([_tool(t) for t in tools])
+    if len(_tool_sets) >= 64:
+        _tool_sets.clear()
+    _tool_sets[key] = (tools, data)
+    return data
+
+
+def _encode_body(body: dict[str, Any]) -> bytes:
+    """The request's JSON, the SDK's `json_data` as bytes (which it sends as they are)."""
+    tools = body.get("tools")
+    if not isinstance(tools, tuple):  # none, or replaced through the model's options
+        return _dumps(body)
+    head = _dumps({k: v for k, v in body.items() if k != "tools"})
+    return head[:-1] + b',"tools":' + _tools_json(tools) + b"}"
 
 
 def _tool(spec: ToolSpec) -> dict[str, Any]:
