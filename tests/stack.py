@@ -21,7 +21,6 @@ import httpx
 import websocket
 
 from picobot.cli.embedded_redis import free_port, start_embedded
-from picobot.cli.processes import lower_priority
 from picobot.config.home import default_database_url
 from picobot.storage.db import Database
 
@@ -85,8 +84,10 @@ class Stack:
         (self.home / "config.json").write_text(json.dumps(cfg, indent=2))
         self.redis_proc, self.redis_url = start_embedded(tmp / "redis")
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "DATABASE_URL"))}
+        # workers at the web's priority (PICOBOT_WORKER_NICE's default is 10): the pytest workers sharing the
+        # cores would otherwise starve a stack's worker; start_worker(nice=N) and the benchmarks set it
         self.env.update(PICOBOT_HOME=str(self.home), REDIS_URL=self.redis_url, PICOBOT_TEST_KEY=API_KEY,
-                        PYTHONUNBUFFERED="1")
+                        PYTHONUNBUFFERED="1", PICOBOT_WORKER_NICE="0")
         if database_url:
             self.env["DATABASE_URL"] = database_url
         self.procs: dict[str, subprocess.Popen] = {}
@@ -97,12 +98,11 @@ class Stack:
 
     # --- processes ---------------------------------------------------------------------
 
-    def _spawn(self, name: str, argv: list[str], nice: int = 0, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
         self._log_files.append(log)
-        preexec = (lambda: lower_priority(nice)) if nice > 0 else None
         proc = subprocess.Popen([sys.executable, "-m", "picobot", *argv], env={**self.env, **(env or {})}, cwd=self.cwd,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = proc
         return proc
 
@@ -116,10 +116,12 @@ class Stack:
 
     def start_worker(self, name: str = "w1", concurrency: int = 50, nice: int = 0,
                      env: dict[str, str] | None = None, wait: bool = True, timeout: float = 40) -> subprocess.Popen:
-        """`nice`: the niceness `picobot up` gives its workers (the benchmarks run them as deployed).
+        """`nice`: PICOBOT_WORKER_NICE for this worker (tests default to 0, so that the pytest workers sharing the
+        cores do not starve the stacks; the benchmarks pass the product's default, 10, to run them as deployed).
         `env`: overrides for this worker (another host: PICOBOT_HOST_ID and a home of its own).
         `wait=False`: return at once (processes started together start sooner); `wait_workers` then."""
-        proc = self._spawn(name, ["worker", "-c", str(concurrency), "-n", f"{name}@%h"], nice=nice, env=env)
+        proc = self._spawn(name, ["worker", "-c", str(concurrency), "-n", f"{name}@%h"],
+                           env={"PICOBOT_WORKER_NICE": str(nice), **(env or {})})
         if wait:
             self.wait_workers(name, timeout=timeout)
         return proc

@@ -159,7 +159,7 @@ def test_the_worker_count_is_checked() -> None:
 def test_the_worker_niceness_is_checked() -> None:
     from picobot.cli.processes import worker_nice
 
-    assert worker_nice({}) == 0 and worker_nice({"PICOBOT_WORKER_NICE": "7"}) == 7
+    assert worker_nice({}) == 10 and worker_nice({"PICOBOT_WORKER_NICE": ""}) == 10 and worker_nice({"PICOBOT_WORKER_NICE": "7"}) == 7
     for bad in ("-1", "20", "x", "1.5", "\udc80"):
         with pytest.raises(ValueError, match="PICOBOT_WORKER_NICE"):
             worker_nice({"PICOBOT_WORKER_NICE": bad})

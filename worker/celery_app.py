@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 from celery import Celery, signals
 
+from picobot.cli.processes import run_at_least_at, task_events, worker_nice
 from picobot.config import Config
 from picobot.config.home import REDIS_SCHEMES, url_scheme
 from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
@@ -72,7 +72,7 @@ def make_celery(config: Config) -> PicoCelery:
         worker_prefetch_multiplier=1,
         # task events on demand: Flower (or `celery control enable_events`) switches them on, and a turn
         # without a monitor spends no publishes on them; PICOBOT_TASK_EVENTS=1 sends them from the start
-        worker_send_task_events=os.environ.get("PICOBOT_TASK_EVENTS", "").strip().lower() in ("1", "true", "yes", "on"),
+        worker_send_task_events=task_events(),
         task_send_sent_event=False,  # one broker publish per turn, not two; Flower still sees every task
         worker_hijack_root_logger=False,
         worker_redirect_stdouts=False,
@@ -99,6 +99,10 @@ def make_celery(config: Config) -> PicoCelery:
         connect_tracing(config)
     signals.celeryd_after_setup.connect(_take_host_queue, sender=None, weak=False)
     signals.worker_ready.connect(_on_worker_ready, sender=None, weak=False)
+    # PICOBOT_WORKER_NICE (default 10): a worker yields the CPU to the web process on shared cores, however it
+    # was started (`picobot up`, the Procfile, docker compose); a bad value fails here, with the variable named
+    niceness = worker_nice()
+    signals.worker_init.connect(lambda sender=None, **_kw: run_at_least_at(niceness), sender=None, weak=False)
     return app
 
 

@@ -85,10 +85,11 @@ def cmd_up(args: argparse.Namespace) -> int:
               f"(it lists: {', '.join(sorted(config.providers))}); use another PICOBOT_HOME to try the demo.",
               file=sys.stderr)
         return 2
-    from picobot.cli.processes import worker_count, worker_nice
+    from picobot.cli.processes import task_events, worker_count, worker_nice
 
     try:
         workers, nice = worker_count(args.workers), worker_nice()
+        task_events()
     except ValueError as exc:
         print(f"picobot: {exc}", file=sys.stderr)
         return 2
@@ -123,9 +124,13 @@ def cmd_web(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from picobot.cli.processes import exec_argv, worker_argv
+    from picobot.cli.processes import exec_argv, worker_argv, worker_environment_problem
 
     _config()
+    problem = worker_environment_problem()
+    if problem:
+        print(f"picobot: {problem}", file=sys.stderr)
+        return 2
     return exec_argv(worker_argv(concurrency=args.concurrency, queues=args.queues, name=args.name))
 
 

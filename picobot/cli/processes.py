@@ -60,11 +60,38 @@ def lower_priority(increment: int) -> None:
     which is what makes the niceness hold against the web. No autogroups (or not Linux): os.nice alone.
     """
     os.nice(increment)
+    _lower_autogroup(increment)
+
+
+def _lower_autogroup(niceness: int) -> None:
     try:
         with open("/proc/self/autogroup", "w") as group:
-            group.write(str(min(19, increment)))
+            group.write(str(min(19, niceness)))
     except OSError:
         pass
+
+
+def run_at_least_at(niceness: int) -> None:
+    """Every thread of this process at niceness `niceness` or lower priority (a thread inherits its creator's,
+    so the threads started later follow), and its scheduling group too when the process leads its session
+    (the group is then its own: `picobot up` and most process managers start each program so). A worker calls
+    it as it starts (worker/celery_app.py), however it was started: `picobot up`, the Procfile, docker compose.
+    Idempotent: what is already at least that nice is left as it is."""
+    if niceness <= 0:
+        return
+    tids = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
+    for tid in tids:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) < niceness:
+                os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except OSError:  # a thread that ended meanwhile
+            pass
+    try:
+        leads_session = os.getsid(0) == os.getpid()
+    except OSError:
+        leads_session = False
+    if leads_session:
+        _lower_autogroup(niceness)
 
 
 @dataclass
@@ -141,16 +168,48 @@ class Supervisor:
 
 
 MAX_AUTO_WORKERS = 8
-def worker_nice(environ: dict[str, str] | None = None) -> int:
-    """$PICOBOT_WORKER_NICE (0-19, default 0): niceness added to the workers `picobot up` starts.
+DEFAULT_WORKER_NICE = 10
 
-    Measured (docs/BENCHMARKS.md, Feishu): the web's acknowledgement waited mostly on the database's write
-    lock, not for CPU, and a niced worker answers fewer events, so the default is 0."""
+
+def worker_nice(environ: dict[str, str] | None = None) -> int:
+    """$PICOBOT_WORKER_NICE (0-19, default 10): the niceness workers run at, so that the web process (and with
+    it every webhook's acknowledgement and every socket) keeps priority over them on shared cores; 0: off.
+
+    Measured (docs/BENCHMARKS.md, Feishu, 200 events/s with a worker answering them on the same two cores):
+    ack p50 106 -> 10 ms and p99 905 -> 278 ms at 10, and the worker answered as many events per second."""
     env = os.environ if environ is None else environ
-    raw = (env.get("PICOBOT_WORKER_NICE") or "0").strip()
+    raw = (env.get("PICOBOT_WORKER_NICE") or str(DEFAULT_WORKER_NICE)).strip()
     if not raw.isdigit() or not 0 <= int(raw) <= 19:
         raise ValueError(f"PICOBOT_WORKER_NICE must be a whole number from 0 to 19 (got {raw[:40]!r})")
     return int(raw)
+
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("", "0", "false", "no", "off")
+
+
+def task_events(environ: dict[str, str] | None = None) -> bool:
+    """$PICOBOT_TASK_EVENTS: workers send Celery task events from their start (1/true/yes/on), or only once a
+    monitor such as Flower asks (0/false/no/off, or unset). Anything else is refused: a typo must not leave
+    events off without a word."""
+    env = os.environ if environ is None else environ
+    raw = (env.get("PICOBOT_TASK_EVENTS") or "").strip().lower()
+    if raw in TRUE_WORDS:
+        return True
+    if raw in FALSE_WORDS:
+        return False
+    shown = raw[:40].encode("utf-8", "backslashreplace").decode("utf-8")
+    raise ValueError(f"PICOBOT_TASK_EVENTS must be one of 1, true, yes, on, 0, false, no, off (got {shown!r})")
+
+
+def worker_environment_problem(environ: dict[str, str] | None = None) -> str | None:
+    """What is wrong with the worker settings of the environment (the niceness, task events), or None."""
+    try:
+        worker_nice(environ)
+        task_events(environ)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def worker_count(requested: int | None = None, environ: dict[str, str] | None = None) -> int:

@@ -61,8 +61,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=200, help="webhook events per second (default 200)")
     p.add_argument("--seconds", type=float, default=5, help="length of the timed phase (default 5)")
     p.add_argument("--lag-events", type=int, default=40, help="events of the light-load delivery-lag phase")
-    p.add_argument("--worker-nice", type=int, default=0,
-                   help="niceness added to the worker (PICOBOT_WORKER_NICE of picobot up; default 0, as the web)")
+    p.add_argument("--worker-nice", type=int, default=None,
+                   help="the worker's PICOBOT_WORKER_NICE (default: the product's, 10; 0 runs it at the web's priority)")
     p.add_argument("--renice", type=int, default=0,
                    help="run every process of the benchmark (this client, the bare app, web, worker, beat) at this "
                         "scheduling-group niceness (Linux autogroups; below 0 needs root): on a machine busy with "
@@ -186,6 +186,10 @@ def modules(probe_dir: Path, pids: list[int]) -> set[str]:
 
 
 def run(args: argparse.Namespace) -> Result:
+    if args.worker_nice is None:  # as deployed: picobot up, the Procfile and docker compose
+        from picobot.cli.processes import DEFAULT_WORKER_NICE
+
+        args.worker_nice = DEFAULT_WORKER_NICE
     tmp = Path(tempfile.mkdtemp(prefix="picobot-bench-feishu-"))
     probe_dir = tmp / "modules"
     probe_dir.mkdir()
@@ -294,9 +298,8 @@ def run(args: argparse.Namespace) -> Result:
     lark_free = not any(m.startswith("lark_oapi") for m in web_mods | worker_mods)
     res.add("lark_oapi imported by web or worker", 0.0 if lark_free else 1.0, "", "0", lark_free and bool(web_mods)
             and bool(worker_mods))
-    if args.renice or args.worker_nice:
-        res.notes.append(f"scheduling: every process of the benchmark at autogroup niceness {args.renice}, "
-                         f"the worker at {args.renice + args.worker_nice}")
+    res.notes.append(f"scheduling: the web, beat and fakes at autogroup niceness {args.renice}, "
+                     f"the worker at {args.renice + args.worker_nice} (PICOBOT_WORKER_NICE={args.worker_nice})")
     res.notes += [f"{len(alone)} + {len(acks)} of {n} + {n} events acknowledged with 200 "
                   f"({alone_failures} + {failures} failed); "
                   f"{len(loaded_lag)} replies matched to turns under load, {len(light_lag)} of {args.lag_events} light",
