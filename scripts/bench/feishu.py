@@ -170,6 +170,33 @@ def _await_replies(fake: FakeFeishu, message_ids: list[str], timeout: float) -> 
         time.sleep(0.2)
 
 
+def _pause(pids: list[int], home: Path) -> None:
+    """SIGSTOP the worker and beat, though not while one holds SQLite's write turn: a process stopped there
+    would keep the web from writing anything (every ack of the phase would time out)."""
+    locks = list(home.rglob("*-writer.lock"))
+    for _ in range(100):
+        _signal(pids, signal.SIGSTOP)
+        if all(_lock_free(path) for path in locks):
+            return
+        _signal(pids, signal.SIGCONT)
+        time.sleep(0.05)
+    raise RuntimeError("the worker kept SQLite's write lock: could not pause it between two writes")
+
+
+def _lock_free(path: Path) -> bool:
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _signal(pids: list[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -234,7 +261,7 @@ def run(args: argparse.Namespace) -> Result:
         _await_replies(fake, warm_ids, 120)
 
         log(f"feishu: PicoBot webhook alone (worker and beat paused), {n} events at {args.rate:g}/s")
-        _signal(worker_tree, signal.SIGSTOP)
+        _pause(worker_tree, stack.home)
         try:
             cpu0 = cpu_seconds(web_tree)
             alone, alone_failures = blast(url, wires, args.rate)
