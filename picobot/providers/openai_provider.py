@@ -84,7 +84,7 @@ class OpenAIProvider(SdkProvider):
 
         body = dict(kwargs)
         body.update(body.pop("extra_body", None) or {})
-        return self._client.post("/chat/completions", body=_encode_body(body), cast_to=ChatCompletion, stream=True,
+        return self._client.post("/chat/completions", content=_encode_body(body), cast_to=ChatCompletion, stream=True,
                                  stream_cls=self._stream_cls[object],
                                  options={"security": {"bearer_auth": True}})
 
@@ -271,7 +271,7 @@ def _tools_json(tools: tuple[ToolSpec, ...]) -> bytes:
 
 
 def _encode_body(body: dict[str, Any]) -> bytes:
-    """The request's JSON, the SDK's `json_data` as bytes (which it sends as they are)."""
+    """The request's JSON as bytes, posted as the request's `content` (the SDK sends it as it is)."""
     tools = body.get("tools")
     if not isinstance(tools, tuple):  # none, or replaced through the model's options
         return _dumps(body)
