@@ -152,6 +152,7 @@ def pg_schema() -> Iterator[str]:
 
 # Set by main() from --db; benchmarks pass it on through running_stack().
 DB_CHOICE = {"db": "sqlite"}
+KEEP = {"keep": False}  # --keep, for the benchmarks that make their own temp dir
 
 
 @contextmanager
@@ -657,6 +658,7 @@ def main(name: str, run: Callable[[argparse.Namespace], Result],
         add_args(parser)
     args = parser.parse_args()
     DB_CHOICE["db"] = args.db
+    KEEP["keep"] = bool(args.keep)
     started = time.monotonic()
     load = MachineLoad()
     result = run(args)

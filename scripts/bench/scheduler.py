@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from scripts.bench.common import (DB_CHOICE, FakeLLMProcess, Result, cpu_seconds, log, main, p50_p99, pg_schema,
+from scripts.bench.common import (DB_CHOICE, KEEP, FakeLLMProcess, Result, cpu_seconds, log, main, p50_p99, pg_schema,
                                   process_tree, timed_turn)
 from tests.stack import Stack, base_config
 
@@ -65,7 +65,10 @@ def _stack() -> Iterator[tuple[Stack, Any]]:
             stack.stop()
         llm.stop()
         db.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if KEEP["keep"]:
+            log(f"logs kept in {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _runtime(stack: Stack) -> Any:
