@@ -81,3 +81,29 @@ def test_task_events_words() -> None:
         assert len(str(caught.value)) < 200
     assert worker_environment_problem({}) is None
     assert "PICOBOT_WORKER_NICE" in (worker_environment_problem({"PICOBOT_WORKER_NICE": "99"}) or "")
+
+
+def test_a_worker_that_does_not_lead_its_session_leaves_the_sessions_group_alone(tmp_path: Path) -> None:
+    """Started in the web's own shell session (no session of its own), a worker must not lower the
+    scheduling group it shares with the web: only its own threads get the niceness."""
+    probe = ("import os, sys; from picobot.cli.processes import run_at_least_at; run_at_least_at(7); "
+             "print(os.getpriority(os.PRIO_PROCESS, 0), os.getsid(0) == os.getpid())")
+
+    def group_of_this_session() -> int | None:
+        return _autogroup_nice(os.getpid())
+
+    before = group_of_this_session()
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["7", "False"]
+    assert group_of_this_session() == before
+    # in a session of its own, its group follows
+    r = subprocess.run([sys.executable, "-c", probe + "; print(open('/proc/self/autogroup').read().split()[-1])"
+                        if Path("/proc/self/autogroup").exists() else probe],
+                       capture_output=True, text=True, timeout=60, cwd=tmp_path, start_new_session=True,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[:2] == ["7", "True"]
+    if Path("/proc/self/autogroup").exists():
+        assert r.stdout.split()[2] == "7"
