@@ -24,11 +24,15 @@ from tests.stack import Stack
 
 pytestmark = pytest.mark.slow
 
-TODAY = datetime.now(timezone.utc).date()
+
+
+def today() -> date:
+    """The server's UTC day, read when a test runs (a module constant goes stale when the suite crosses midnight)."""
+    return datetime.now(timezone.utc).date()
 
 
 def day(ago: int) -> str:
-    return (TODAY - timedelta(days=ago)).isoformat()
+    return (today() - timedelta(days=ago)).isoformat()
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +69,7 @@ def seed(db: Database, *rows: dict[str, Any]) -> None:
 def test_usage_command_shows_this_dialog_and_this_user(stack: Stack, db: Database) -> None:
     c = stack.client()
     user, sid = f"cli_chat:{c.chat_id}", c.session_id
-    month_start = TODAY.replace(day=1)
+    month_start = today().replace(day=1)
     seed(db,
          {"day": day(0), "user": user, "session_id": sid, "input_tokens": 1200, "output_tokens": 300,
           "cached_input_tokens": 200, "cost_usd": 0.0125},
@@ -81,10 +85,10 @@ def test_usage_command_shows_this_dialog_and_this_user(stack: Stack, db: Databas
     data = c.command("/usage --json")["data"]
     assert data["user"] == user and data["session_id"] == sid
     assert data["dialog"]["calls"] == 3 and data["dialog"]["input_tokens"] == 1200 + 100 + 99999
-    assert data["month"]["month"] == TODAY.isoformat()[:7]
+    assert data["month"]["month"] == today().isoformat()[:7]
     assert data["month"]["calls"] == 3 and data["month"]["cost_usd"] == pytest.approx(0.5135)
-    today_calls = 3 if TODAY.day == 1 else 2
-    assert data["today"]["day"] == TODAY.isoformat() and data["today"]["calls"] == today_calls
+    today_calls = 3 if today().day == 1 else 2
+    assert data["today"]["day"] == today().isoformat() and data["today"]["calls"] == today_calls
     text = c.command("/usage")["text"]
     assert f"This dialog ({sid.rsplit(':', 1)[1]}): 3 model call(s), 101,299 in, 200 of them cached" in text
     assert "You this month" in text and "$0.5135" in text and "$7" not in text

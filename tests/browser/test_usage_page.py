@@ -5,7 +5,7 @@ stored names shown as text, never as markup."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, Iterator
 
 import pytest
@@ -20,11 +20,15 @@ from tests.stack import Stack, base_config
 pytestmark = pytest.mark.slow
 
 EVIL = "web:<img src=x onerror=document.body.dataset.pwned=1>"
-TODAY = datetime.now(timezone.utc).date()
+
+
+def today() -> date:
+    """The server's UTC day, read when a test runs (a module constant goes stale when the suite crosses midnight)."""
+    return datetime.now(timezone.utc).date()
 
 
 def day(ago: int) -> str:
-    return (TODAY - timedelta(days=ago)).isoformat()
+    return (today() - timedelta(days=ago)).isoformat()
 
 
 @pytest.fixture(scope="module")
