@@ -17,7 +17,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from celery import Celery
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from picobot.errors import ConfigError
@@ -208,6 +208,8 @@ def test_hostile_model_output_is_sanitised(titles_stack: Stack, llm) -> None:  #
 
 @settings(max_examples=300, deadline=None)
 @given(reply=st.text(max_size=500), max_chars=st.integers(min_value=8, max_value=256))
+@example(reply="0*.", max_chars=8)  # markup uncovered by stripping the final punctuation
+@example(reply="«Title».*", max_chars=8)
 def test_any_reply_becomes_one_clean_line_within_the_cap(reply: str, max_chars: int) -> None:
     title = sanitise(reply, max_chars)
     assert len(title) <= max_chars

@@ -39,9 +39,10 @@ def sanitise(reply: str, max_chars: int) -> str:
     """One clean line of at most `max_chars` characters, or "" when nothing usable is left."""
     line = next((ln for ln in _lines(reply) if ln), "")
     line = _LABEL.sub("", line)
-    for _ in range(3):  # "**\"Title\"**": markup, then quotes, then markup again
-        line = line.strip(_MARKUP + _QUOTES + " ").lstrip("-+• ").strip()
-    line = line.rstrip(_TRAILING + " ")
+    previous = None
+    while line != previous:  # "**\"Title.\"**" and "Title*.": markup, quotes and final punctuation, until none is left
+        previous = line
+        line = line.strip(_MARKUP + _QUOTES + " ").lstrip("-+• ").strip().rstrip(_TRAILING + " ")
     if len(line) > max_chars:
         cut = line[:max_chars - 1]
         space = cut.rfind(" ")
