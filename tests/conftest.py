@@ -13,6 +13,7 @@ import pytest
 from scripts.fake_llm import FakeLLM
 from tests.stack import Stack
 from tests.feishu_fake import *  # noqa: F401,F403  (fixtures: fake_feishu, feishu_config, event_sender)
+from tests.file_order import pytest_collection_modifyitems, pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401
 
 PG_URL = os.environ.get("PICOBOT_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
