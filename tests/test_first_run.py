@@ -149,7 +149,7 @@ def test_the_worker_count_is_checked() -> None:
     assert worker_count(3, {}) == 3
     assert worker_count(None, {"PICOBOT_WORKERS": "2"}) == 2
     assert 1 <= worker_count(None, {}) <= 8
-    for bad in ("0", "-1", "two", "1e3", "65", "\udc80"):
+    for bad in ("0", "-1", "two", "1e3", "65", "\udc80", "\u00b2", "\u0661", "9" * 5000, "0x2", "+2"):
         with pytest.raises(ValueError, match="PICOBOT_WORKERS"):
             worker_count(None, {"PICOBOT_WORKERS": bad})
     with pytest.raises(ValueError, match="--workers"):
@@ -160,6 +160,6 @@ def test_the_worker_niceness_is_checked() -> None:
     from picobot.cli.processes import worker_nice
 
     assert worker_nice({}) == 10 and worker_nice({"PICOBOT_WORKER_NICE": ""}) == 10 and worker_nice({"PICOBOT_WORKER_NICE": "7"}) == 7
-    for bad in ("-1", "20", "x", "1.5", "\udc80"):
+    for bad in ("-1", "20", "x", "1.5", "\udc80", "\u00b2", "\u0665", "1" * 5000):
         with pytest.raises(ValueError, match="PICOBOT_WORKER_NICE"):
             worker_nice({"PICOBOT_WORKER_NICE": bad})

@@ -179,9 +179,18 @@ def worker_nice(environ: dict[str, str] | None = None) -> int:
     ack p50 106 -> 10 ms and p99 905 -> 278 ms at 10, and the worker answered as many events per second."""
     env = os.environ if environ is None else environ
     raw = (env.get("PICOBOT_WORKER_NICE") or str(DEFAULT_WORKER_NICE)).strip()
-    if not raw.isdigit() or not 0 <= int(raw) <= 19:
+    nice = _whole_number(raw, 0, 19)
+    if nice is None:
         raise ValueError(f"PICOBOT_WORKER_NICE must be a whole number from 0 to 19 (got {raw[:40]!r})")
-    return int(raw)
+    return nice
+
+
+def _whole_number(raw: str, low: int, high: int) -> int | None:
+    """`raw` as an int from `low` to `high`; None for anything else ("²", "١", "1e3", 5,000 digits, " ")."""
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 6:  # int() reads other scripts' digits; str.isdigit "²"
+        return None
+    value = int(raw)
+    return value if low <= value <= high else None
 
 
 TRUE_WORDS = ("1", "true", "yes", "on")
@@ -220,9 +229,9 @@ def worker_count(requested: int | None = None, environ: dict[str, str] | None = 
     env = os.environ if environ is None else environ
     if requested is None and env.get("PICOBOT_WORKERS"):
         raw = env["PICOBOT_WORKERS"].strip()
-        if not raw.isdigit() or not 1 <= int(raw) <= 64:
+        requested = _whole_number(raw, 1, 64)
+        if requested is None:
             raise ValueError(f"PICOBOT_WORKERS must be a whole number from 1 to 64 (got {raw[:40]!r})")
-        requested = int(raw)
     if requested is not None:
         if not 1 <= requested <= 64:
             raise ValueError(f"--workers must be from 1 to 64 (got {requested})")
