@@ -3,6 +3,7 @@ however it was started, and the worker settings of the environment checked with 
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -53,7 +54,8 @@ def test_a_worker_runs_every_thread_at_the_configured_niceness(tmp_path: Path, f
 
 @pytest.mark.parametrize("name,value", [("PICOBOT_TASK_EVENTS", "maybe"), ("PICOBOT_TASK_EVENTS", "2"),
                                         ("PICOBOT_WORKER_NICE", "20"), ("PICOBOT_WORKER_NICE", "-5"),
-                                        ("PICOBOT_WORKER_NICE", "ten")])
+                                        ("PICOBOT_WORKER_NICE", "ten"), ("PICOBOT_WORKER_CONCURRENCY", "abc"),
+                                        ("PICOBOT_WORKER_CONCURRENCY", "0")])
 def test_bad_worker_settings_stop_the_worker_with_the_variable_named(tmp_path: Path, name: str, value: str) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -81,6 +83,36 @@ def test_task_events_words() -> None:
         assert len(str(caught.value)) < 200
     assert worker_environment_problem({}) is None
     assert "PICOBOT_WORKER_NICE" in (worker_environment_problem({"PICOBOT_WORKER_NICE": "99"}) or "")
+
+
+def test_worker_threads_come_from_the_flag_or_the_environment() -> None:
+    from picobot.cli.processes import concurrency_argument, worker_argv, worker_concurrency
+
+    assert worker_concurrency({}) == 200 and worker_concurrency({"PICOBOT_WORKER_CONCURRENCY": " 64 "}) == 64
+    for bad in ("0", "-4", "abc", "2001", "1e3", "\u00b2", "\udc80", "9" * 5000, "nan"):
+        with pytest.raises(ValueError, match="PICOBOT_WORKER_CONCURRENCY"):
+            worker_concurrency({"PICOBOT_WORKER_CONCURRENCY": bad})
+        with pytest.raises(argparse.ArgumentTypeError, match="whole number"):
+            concurrency_argument(bad)
+    assert concurrency_argument("8") == 8
+    argv = worker_argv(concurrency=12)
+    assert argv[argv.index("-c") + 1] == "12"
+
+
+@pytest.mark.parametrize("argv", [["worker", "-c", "0"], ["worker", "-c", "lots"], ["jobs", "list"], ["--help"]])
+def test_a_bad_thread_count_is_one_line_and_other_commands_still_run(tmp_path: Path, argv: list[str]) -> None:
+    """-c is checked by its parser; a bad $PICOBOT_WORKER_CONCURRENCY concerns workers only (it used to crash every
+    command while the parser was built)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "DATABASE_URL"))}
+    env.update(PICOBOT_HOME=str(tmp_path / "home"), REDIS_URL="redis://127.0.0.1:1/0", PICOBOT_WORKER_CONCURRENCY="x")
+    (tmp_path / "home").mkdir()
+    r = subprocess.run([sys.executable, "-m", "picobot", *argv], env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=60)
+    assert "Traceback" not in r.stderr, r.stderr
+    if argv[0] == "worker":
+        assert r.returncode == 2 and "-c" in r.stderr and "whole number" in r.stderr, r.stderr
+    else:
+        assert "PICOBOT_WORKER_CONCURRENCY" not in r.stderr, r.stderr
 
 
 def test_a_worker_that_does_not_lead_its_session_leaves_the_sessions_group_alone(tmp_path: Path) -> None:

@@ -85,13 +85,16 @@ def cmd_up(args: argparse.Namespace) -> int:
               f"(it lists: {', '.join(sorted(config.providers))}); use another PICOBOT_HOME to try the demo.",
               file=sys.stderr)
         return 2
-    from picobot.cli.processes import task_events, worker_count, worker_nice
+    from picobot.cli.processes import worker_count, worker_environment_problem, worker_nice
 
     try:
         workers, nice = worker_count(args.workers), worker_nice()
-        task_events()
     except ValueError as exc:
         print(f"picobot: {exc}", file=sys.stderr)
+        return 2
+    problem = worker_environment_problem()  # the workers it starts would stop on it: say so before anything starts
+    if problem:
+        print(f"picobot: {problem}", file=sys.stderr)
         return 2
     return up(config, with_flower=args.flower, embedded_redis=args.embedded_redis, demo_port=demo_port,
               workers=workers, nice=nice)
@@ -304,7 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     from picobot.runtime.task_names import WORKER_QUEUES
 
     wk = sub.add_parser("worker", help="run a Celery worker for turns and maintenance")
-    wk.add_argument("-c", "--concurrency", type=int, default=int(os.environ.get("PICOBOT_WORKER_CONCURRENCY", 200)))
+    from picobot.cli.processes import concurrency_argument
+
+    wk.add_argument("-c", "--concurrency", type=concurrency_argument, default=None,
+                    help="threads, i.e. turns at once (default: $PICOBOT_WORKER_CONCURRENCY, else 200)")
     wk.add_argument("-Q", "--queues", default=WORKER_QUEUES)
     wk.add_argument("-n", "--name", default=None)
     wk.set_defaults(fn=cmd_worker)

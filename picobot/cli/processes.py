@@ -22,8 +22,14 @@ def web_argv(config: Config, bind: str | None = None, threads: int = 1100) -> li
             "--worker-connections", str(threads + 1000), "--timeout", "120", "--graceful-timeout", "10", "--no-control-socket", "-b", bind, "web.app:create_app()"]
 
 
-def worker_argv(concurrency: int = 200, queues: str = WORKER_QUEUES, name: str | None = None) -> list[str]:
-    argv = [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-P", "threads", "-c", str(concurrency),
+DEFAULT_WORKER_CONCURRENCY = 200
+MAX_WORKER_CONCURRENCY = 2000
+
+
+def worker_argv(concurrency: int | None = None, queues: str = WORKER_QUEUES, name: str | None = None) -> list[str]:
+    """`concurrency`: threads (turns at once) of the worker; None: $PICOBOT_WORKER_CONCURRENCY, else 200."""
+    threads = worker_concurrency() if concurrency is None else concurrency
+    argv = [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-P", "threads", "-c", str(threads),
             "-Q", queues, "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
     if name:
         argv += ["-n", name]
@@ -211,11 +217,35 @@ def task_events(environ: dict[str, str] | None = None) -> bool:
     raise ValueError(f"PICOBOT_TASK_EVENTS must be one of 1, true, yes, on, 0, false, no, off (got {shown!r})")
 
 
+def worker_concurrency(environ: dict[str, str] | None = None) -> int:
+    """$PICOBOT_WORKER_CONCURRENCY (1-2000, default 200): a worker's threads, i.e. turns it runs at once.
+
+    A turn holds a thread while it waits for the model, so this is sized by concurrent conversations."""
+    env = os.environ if environ is None else environ
+    raw = (env.get("PICOBOT_WORKER_CONCURRENCY") or str(DEFAULT_WORKER_CONCURRENCY)).strip()
+    threads = _whole_number(raw, 1, MAX_WORKER_CONCURRENCY)
+    if threads is None:
+        raise ValueError(f"PICOBOT_WORKER_CONCURRENCY must be a whole number from 1 to {MAX_WORKER_CONCURRENCY} "
+                         f"(got {raw[:40]!r})")
+    return threads
+
+
+def concurrency_argument(text: str) -> int:
+    """argparse type of `picobot worker -c`: a whole number of threads from 1 to 2000."""
+    import argparse
+
+    threads = _whole_number(text.strip(), 1, MAX_WORKER_CONCURRENCY)
+    if threads is None:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number from 1 to {MAX_WORKER_CONCURRENCY}")
+    return threads
+
+
 def worker_environment_problem(environ: dict[str, str] | None = None) -> str | None:
-    """What is wrong with the worker settings of the environment (the niceness, task events), or None."""
+    """What is wrong with the worker settings of the environment (niceness, task events, threads), or None."""
     try:
         worker_nice(environ)
         task_events(environ)
+        worker_concurrency(environ)
     except ValueError as exc:
         return str(exc)
     return None
