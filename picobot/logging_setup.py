@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
 from picobot.config import Config
 from picobot.config.secrets import secret_values
-from picobot.errors import ConfigError
+from picobot.log_settings import log_format, log_level
 from picobot.observability.logs import TraceContextFilter, formatter
 from picobot.logstream.capture import install_capture
 from picobot.security.redact import redact
@@ -40,7 +39,7 @@ class _StderrHandler(logging.StreamHandler):
 
 def setup_logging(config: Config, level: str | None = None) -> None:
     """Root handler to stderr with the redacting filter on it (handlers see every logger's records)."""
-    level = level or os.environ.get("PICOBOT_LOG_LEVEL", "INFO")
+    level = level or log_level()
     root = logging.getLogger()
     secrets = secret_values(config)
     install_capture(config, RedactingFilter(secrets))  # recent lines to Redis for the Logs page
@@ -60,12 +59,6 @@ def setup_logging(config: Config, level: str | None = None) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def log_format(config: Config) -> str:
-    """`text` or `json`: PICOBOT_LOG_FORMAT, else `logging.format`; a bad value stops the start."""
-    value = os.environ.get("PICOBOT_LOG_FORMAT", "").strip().lower() or config.logging.format
-    if value not in ("text", "json"):
-        raise ConfigError("PICOBOT_LOG_FORMAT", "must be text or json")
-    return value
 
 
 def _filters(config: Config, secrets: set[str]) -> list[logging.Filter]:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from picobot.observability.logs import JsonFormatter
@@ -113,3 +114,29 @@ def test_a_record_logged_inside_a_span_carries_its_ids_in_both_formats() -> None
     assert TextFormatter().format(record).endswith(f"picobot.x: inside it trace_id={trace_id}")
     line = json.loads(JsonFormatter().format(record))
     assert line["trace_id"] == trace_id and line["span_id"] == format(span.get_span_context().span_id, "016x")
+
+
+def test_the_log_level_is_a_levels_name() -> None:
+    from picobot.errors import ConfigError
+    from picobot.log_settings import log_level
+
+    assert log_level({}) == "INFO" and log_level({"PICOBOT_LOG_LEVEL": " debug "}) == "DEBUG"
+    assert log_level({"PICOBOT_LOG_LEVEL": ""}) == "INFO"
+    for bad in ("LOUD", "10", "info,debug", "\udc80", "x" * 5000, "NOTSET"):
+        with pytest.raises(ConfigError, match="PICOBOT_LOG_LEVEL") as caught:
+            log_level({"PICOBOT_LOG_LEVEL": bad})
+        assert len(str(caught.value)) < 200
+
+
+@pytest.mark.parametrize("name,value", [("PICOBOT_LOG_LEVEL", "LOUD"), ("PICOBOT_LOG_FORMAT", "xml")])
+@pytest.mark.parametrize("command", ["worker", "web", "beat", "up"])
+def test_bad_logging_settings_stop_every_process_with_one_line(tmp_path: Path, command: str, name: str,
+                                                               value: str) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PICOBOT_", "OPENAI_", "ANTHROPIC_", "DATABASE_URL"))}
+    env.update(PICOBOT_HOME=str(home), REDIS_URL="redis://127.0.0.1:1/0", **{name: value})
+    proc = subprocess.run([sys.executable, "-m", "picobot", command], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2, (proc.stdout[-500:], proc.stderr[-2000:])
+    assert name in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

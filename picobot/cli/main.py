@@ -48,6 +48,17 @@ def _config() -> Config:
     return load_config()
 
 
+def _process_config() -> Config:
+    """The config of a long-running process (web, worker, beat, flower, up), with the logging settings of the
+    environment checked too: a bad PICOBOT_LOG_LEVEL or PICOBOT_LOG_FORMAT is one line and exit 2 here, not a
+    traceback from inside gunicorn or Celery."""
+    from picobot.log_settings import check_logging_environment
+
+    config = _config()
+    check_logging_environment(config)
+    return config
+
+
 def _client_settings() -> ClientSettings:
     from picobot.config.client import load_client_settings
 
@@ -79,7 +90,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from picobot.cli.processes import up
 
     demo_port = _demo_environment() if args.demo else None
-    config = _config()
+    config = _process_config()
     if demo_port is not None and not _uses_demo(config):
         print("picobot: --demo runs the built-in demo model only when config.json lists no providers "
               f"(it lists: {', '.join(sorted(config.providers))}); use another PICOBOT_HOME to try the demo.",
@@ -119,7 +130,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     from picobot.cli.processes import exec_argv, web_argv
     from picobot.storage.db import Database
 
-    config = _config()
+    config = _process_config()
     db = Database(config.database_url)
     db.migrate()
     db.dispose()  # gunicorn forks its worker next: no connection of this engine goes along
@@ -129,7 +140,7 @@ def cmd_web(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from picobot.cli.processes import exec_argv, worker_argv, worker_environment_problem
 
-    _config()
+    _process_config()
     problem = worker_environment_problem()
     if problem:
         print(f"picobot: {problem}", file=sys.stderr)
@@ -140,14 +151,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_beat(args: argparse.Namespace) -> int:
     from picobot.cli.processes import beat_argv, exec_argv
 
-    _config()
+    _process_config()
     return exec_argv(beat_argv())
 
 
 def cmd_flower(args: argparse.Namespace) -> int:
     from picobot.cli.processes import exec_argv, flower_argv
 
-    _config()
+    _process_config()
     return exec_argv(flower_argv(args.port))
 
 
