@@ -59,6 +59,15 @@ def _process_config() -> Config:
     return config
 
 
+def _workspace_problem(config: Config) -> int:
+    """2 after one line when a worker here could not use the shared workspace (tools.workspace_storage), else 0."""
+    problem = config.workspace_storage_problem()
+    if problem:
+        print(f"picobot: {problem}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _client_settings() -> ClientSettings:
     from picobot.config.client import load_client_settings
 
@@ -91,6 +100,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     demo_port = _demo_environment() if args.demo else None
     config = _process_config()
+    if _workspace_problem(config):
+        return 2
     if demo_port is not None and not _uses_demo(config):
         print("picobot: --demo runs the built-in demo model only when config.json lists no providers "
               f"(it lists: {', '.join(sorted(config.providers))}); use another PICOBOT_HOME to try the demo.",
@@ -140,7 +151,8 @@ def cmd_web(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     from picobot.cli.processes import exec_argv, worker_argv, worker_environment_problem
 
-    _process_config()
+    if _workspace_problem(_process_config()):
+        return 2
     problem = worker_environment_problem()
     if problem:
         print(f"picobot: {problem}", file=sys.stderr)

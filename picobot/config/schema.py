@@ -978,3 +978,19 @@ class Config(_Section):
             return Path(self.tools.workspace_storage).expanduser()
         return choose_workspace(self.home, self.tools.workspace).path
 
+    def workspace_storage_problem(self) -> str | None:
+        """Why this host cannot use `tools.workspace_storage`, or None (unset, or an existing folder).
+
+        The shared folder is never created here: a host where it is missing (the mount failed) would
+        otherwise write the chats' files to its own disk, where no other host finds them."""
+        if not self.tools.workspace_storage:
+            return None
+        path = Path(self.tools.workspace_storage).expanduser()
+        try:
+            if path.is_dir():
+                return None
+        except OSError:  # a stale network mount, a path too long
+            pass
+        return (f"tools.workspace_storage {str(path)[:200]!r} is not a folder on this host: mount the shared "
+                "storage there (every worker host mounts it at the same path), or remove the setting")
+

@@ -37,6 +37,8 @@ from picobot.tools.base import ToolContext
 log = logging.getLogger("picobot.turns")
 
 INTERRUPTED_TEXT = "This turn was interrupted; its messages will be answered by a new turn."
+SHARED_WORKSPACE_MISSING = ("This message was not answered: the shared workspace is not reachable on the worker that "
+                            "took it. An operator has to mount it (the worker's log says where); then send it again.")
 HIDDEN_FROM_MODEL = {MARKER_TURN_ERROR, MARKER_TURN_STOPPED, attempts.MARKER_FAILED_INPUT}
 
 
@@ -271,6 +273,10 @@ def _execute(rt: Runtime, claimed: _Claimed, session_id: str, controller: TurnCo
     except ConfigError as exc:
         return LoopResult(messages=new, usage=Usage(), status="failed", error=_unusable_text(claimed.agent, exc))
     settings = loop_settings(cfg, resolved)
+    unmounted = cfg.workspace_storage_problem()
+    if unmounted:  # never created here: this host's own disk would hide the chat's files from the others
+        log.error("turn %s of %s not run: %s", claimed.turn_id, session_id, unmounted)
+        return LoopResult(messages=new, usage=Usage(), status="failed", error=SHARED_WORKSPACE_MISSING)
     workspace = cfg.workspace_path()
     if cfg.tools.workspace_per_chat:
         workspace = chat_workspace(workspace, claimed.channel, claimed.chat_id)
