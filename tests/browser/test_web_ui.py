@@ -420,3 +420,35 @@ def test_a_long_dialog_shows_its_end_first_and_older_messages_on_request(stack: 
     texts = page.locator(".messages .msg").all_text_contents()
     assert texts == [f"line {i}" for i in range(300)]
     assert not page.is_visible(".load-earlier")
+
+
+def test_a_chat_that_moved_host_shows_the_note_in_its_dialog(stack: Stack, new_page: Any) -> None:
+    """The worker-host move note (runtime/placement.py) is drawn as a notice, as text, between the turns."""
+    from picobot.domain.messages import ChatMessage
+    from picobot.runtime.placement import MARKER_HOST_MOVED
+    from picobot.storage import messages, sessions
+    from picobot.storage.db import Database
+
+    chat_id = "web-moved-" + str(int(time.time() * 1000))
+    note = ("This chat moved from worker host <b id=injected>alpha</b>, which stopped, to beta. Files written in "
+            "the workspace before the move stay on alpha and are not reachable now; recreate what is still needed.")
+    db = Database(stack.database_url)
+    try:
+        with db.write() as s:
+            sid = sessions.create(s, "web", chat_id, title="Moved").id
+            messages.append(s, sid, None, [ChatMessage(role="user", content="before"),
+                                           ChatMessage(role="assistant", content="answered on alpha"),
+                                           ChatMessage(role="system", content=note, marker=MARKER_HOST_MOVED),
+                                           ChatMessage(role="user", content="after"),
+                                           ChatMessage(role="assistant", content="answered on beta")])
+    finally:
+        db.dispose()
+    page = new_page()
+    page.context.add_init_script(f"localStorage.setItem('picobot.chat_id', '{chat_id}')")
+    open_chat(page, stack)
+    page.wait_for_selector(".notice.host-moved")
+    assert page.locator(".notice.host-moved").text_content() == note  # the markup as characters
+    assert page.locator("#injected").count() == 0
+    order = page.evaluate("() => [...document.querySelectorAll('.messages .msg, .messages .notice.host-moved')]"
+                          ".map(e => e.classList.contains('host-moved') ? 'note' : e.textContent)")
+    assert order == ["before", "answered on alpha", "note", "after", "answered on beta"], order
