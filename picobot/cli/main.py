@@ -95,6 +95,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _threads(text: str) -> int:
+    """argparse type of `picobot worker -c` (imported when used: every command builds this parser)."""
+    from picobot.cli.processes import concurrency_argument
+
+    return concurrency_argument(text)
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from picobot.cli.processes import up
 
@@ -330,9 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     from picobot.runtime.task_names import WORKER_QUEUES
 
     wk = sub.add_parser("worker", help="run a Celery worker for turns and maintenance")
-    from picobot.cli.processes import concurrency_argument
-
-    wk.add_argument("-c", "--concurrency", type=concurrency_argument, default=None,
+    wk.add_argument("-c", "--concurrency", type=_threads, default=None,
                     help="threads, i.e. turns at once (default: $PICOBOT_WORKER_CONCURRENCY, else 200)")
     wk.add_argument("-Q", "--queues", default=WORKER_QUEUES)
     wk.add_argument("-n", "--name", default=None)
