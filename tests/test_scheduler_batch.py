@@ -159,6 +159,66 @@ def test_a_job_whose_effect_fails_is_recorded_failed_and_the_others_fire(rt: Run
     assert _job(rt, "b.bad").next_due_at == _next_after(rt, "b.bad")  # a failed run still moves the schedule on
 
 
+def _refuse_messages_containing(rt: Runtime, word: str) -> None:
+    """A trigger in the database that refuses to store a message whose content holds `word`."""
+    with rt.db.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            conn.exec_driver_sql(f"CREATE TRIGGER refuse BEFORE INSERT ON messages WHEN instr(NEW.content, '{word}') > 0 "
+                                 "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+        else:
+            conn.exec_driver_sql(f"""CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN
+                IF strpos(NEW.content::text, '{word}') > 0 THEN RAISE EXCEPTION 'refused by the test'; END IF;
+                RETURN NEW; END $$ LANGUAGE plpgsql""")
+            conn.exec_driver_sql("CREATE TRIGGER refuse BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION refuse()")
+
+
+def test_a_chats_messages_are_stored_together_and_one_that_cannot_be_stored_fails_alone(rt: Runtime) -> None:
+    """A burst's messages to one chat are one insert per dialog; when that fails, each is tried on its
+    own, so only the job whose message the database refuses fails — in this chat and in no other."""
+    ids = [f"b.together.{i}" for i in range(4)]
+    for job_id in ids[:3]:
+        _put(rt, job_id, chat="together")
+    _put(rt, ids[3], chat="elsewhere")
+    with rt.db.begin() as conn:
+        conn.execute(update(store.JOBS).where(store.JOBS.c.id == ids[1]).values(payload={"text": "poison pill"}))
+    _refuse_messages_containing(rt, "poison")
+    pairs = _due_now(rt, *ids)
+    before = _message_count(rt)
+    assert fire_batch(rt, pairs) == {"ok": 3, "failed": 1}
+    assert _chat_texts(rt, "web", "together") == ["hello from b.together.0", "hello from b.together.2"]
+    assert _chat_texts(rt, "web", "elsewhere") == ["hello from b.together.3"]
+    assert _message_count(rt) == before + 3
+    bad, = _runs(rt, ids[1])
+    assert bad["outcome"] == "failed" and "refused by the test" in bad["error"]
+    assert _job(rt, ids[1]).last_outcome == "failed"
+    assert [_outcomes(rt, job_id) for job_id in (ids[0], ids[2], ids[3])] == [[(DUE, "ok")]] * 3
+    assert _job(rt, ids[1]).next_due_at == _next_after(rt, ids[1])  # its schedule moved on all the same
+
+
+def test_a_burst_to_one_chat_reserves_its_positions_once_and_inserts_its_messages_once(rt: Runtime) -> None:
+    """The dialog's row (its message positions) is written once per batch, at the end: batches to one
+    chat then wait for each other only around that write (PostgreSQL row locks), not whole transactions."""
+    from sqlalchemy import event
+
+    ids = [f"b.once.{i:02d}" for i in range(12)]
+    for job_id in ids:
+        _put(rt, job_id, chat="one-chat")
+    pairs = _due_now(rt, *ids)
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        statements.append(" ".join(statement.split()).upper())
+
+    event.listen(rt.db.engine, "before_cursor_execute", seen)
+    try:
+        assert fire_batch(rt, pairs) == {"ok": 12}
+    finally:
+        event.remove(rt.db.engine, "before_cursor_execute", seen)
+    assert len([q for q in statements if q.startswith("INSERT INTO MESSAGES")]) == 1
+    assert len([q for q in statements if q.startswith("UPDATE SESSIONS")]) == 1
+    assert sorted(_chat_texts(rt, "web", "one-chat")) == [f"hello from {job_id}" for job_id in ids]
+
+
 def test_an_internal_event_in_a_batch_fires_on_its_own_and_a_one_shot_completes(rt: Runtime) -> None:
     JobService(rt).put(OWNER, {"id": "b.clean", "kind": "internal_event", "schedule": {"type": "interval", "seconds": 60},
                                "payload": {"event": "session_cleanup"}})
@@ -282,6 +342,36 @@ def test_beat_sends_a_ticks_due_jobs_as_batches_and_holds_them_back_when_the_que
         rt.redis.delete(QUEUE_SCHEDULED)  # the worker took them
         beat.tick()
         assert _sent_batches(rt) == [held]
+    finally:
+        rt.close()
+
+
+def test_after_sending_due_jobs_beat_gathers_the_next_ones_but_wakes_on_time_for_a_job_when_idle(
+        tmp_path, llm, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """A burst goes out as a few large batches (beat waits BURST_GATHER_SECS after a tick that sent jobs);
+    a job that comes due while beat sent nothing is waited for exactly."""
+    from worker.beat import BURST_GATHER_SECS, PicoBeatScheduler
+    from worker.celery_app import make_celery
+
+    rt = _runtime(tmp_path, llm, redis_url, monkeypatch)
+    try:
+        for job_id in ("b.gather.now", "b.gather.soon", "b.gather.later"):
+            _put(rt, job_id, chat="gather")
+        now = time.time()
+        _due_now(rt, "b.gather.now", due=now - 0.5)
+        _due_now(rt, "b.gather.soon", due=now + 0.03)
+        beat = PicoBeatScheduler(app=make_celery(rt.config), lazy=True)
+        assert beat.tick() >= BURST_GATHER_SECS  # sent one: the next (due in 30 ms) waits for the gathering
+        assert [p for b in _sent_batches(rt) for p in b] == [("b.gather.now", pytest.approx(now - 0.5))]
+        time.sleep(0.2)
+        beat.tick()
+        assert sorted(p for b in _sent_batches(rt) for p in b) == [("b.gather.now", pytest.approx(now - 0.5)),
+                                                                   ("b.gather.soon", pytest.approx(now + 0.03))]
+        rt.redis.delete(QUEUE_SCHEDULED)
+        later = time.time() + 0.04
+        _due_now(rt, "b.gather.later", due=later)
+        wait = beat.tick()  # nothing was due: beat wakes when the next job is
+        assert _sent_batches(rt) == [] and 0 < wait <= later - time.time() + 0.005
     finally:
         rt.close()
 

@@ -10,7 +10,8 @@ Scheduled jobs (picobot/scheduler): their entries are rebuilt from SQL at start 
 its whole-second rrule, and read from the schedule's score without loading the entry). The jobs due
 in a tick are marked sent in one Redis pipeline and sent as batches of at most FIRE_BATCH_MAX (job_id, due_at) pairs (picobot.scheduler.fire_batch);
 at most scheduler.worker_queue_capacity tasks wait in the `scheduled` queue (a batch counts as one)
-— due jobs beyond that stay in the schedule for the next tick.
+— due jobs beyond that stay in the schedule for the next tick. After a tick that sent jobs, the next
+waits at least BURST_GATHER_SECS, so a burst goes out in a few large batches.
 """
 
 from __future__ import annotations
@@ -31,6 +32,11 @@ from picobot.scheduler import redbeat_entries
 from picobot.scheduler.batch import FIRE_BATCH_MAX
 
 log = logging.getLogger("picobot.beat")
+
+# After a tick that sent due jobs, the next one waits at least this long: a burst (many jobs due within a
+# second) goes out as a few batches of many jobs, not hundreds of batches of one or two, which on PostgreSQL
+# all ran at once and queued on the same rows. A job due while beat is idle still goes out on time.
+BURST_GATHER_SECS = 0.1
 
 
 class PicoBeatScheduler(RedBeatScheduler):
@@ -72,7 +78,8 @@ class PicoBeatScheduler(RedBeatScheduler):
         try:
             entries, jobs, job_wake = self._select()
             if job_wake is not None:
-                remaining.append(max(job_wake - time.time(), 0.001))
+                wait = job_wake - time.time()
+                remaining.append(max(wait, BURST_GATHER_SECS if jobs else 0.001))
             for job_id, due_at in jobs:
                 if not self._take_job_room():
                     remaining.append(self.max_interval)  # the queue is full: the next tick tries again

@@ -12,10 +12,16 @@ pairs (task picobot.scheduler.fire_batch). `fire_batch`:
       claim every run in one statement (UNIQUE (job_id, due_at): taken already -> "duplicate"),
       advance the claimed jobs' next_due_at in one executemany (a one-shot ends `completed`);
       per claimed job:
-        savepoint: the kind's SQL effect -- outbound_message: the stored message (web, cli_chat,
-                   scheduler) or the outbox row keyed `j:<job_id>:<due_at>` (external channel);
-                   agent kinds: the stored input `job:<job_id>:<due_at>`. An error rolls back only
-                   this savepoint: the run is recorded `failed`, the other jobs go on.
+        savepoint: the kind's SQL effect -- outbound_message: the outbox row keyed
+                   `j:<job_id>:<due_at>` (external channel); agent kinds: the stored input
+                   `job:<job_id>:<due_at>`. An error rolls back only this savepoint: the run is
+                   recorded `failed`, the other jobs go on.
+        outbound_message to a web, cli_chat or scheduler chat: its chat's current dialog (looked up,
+                   or created, once per chat and batch); the message is held for that dialog
+      the held messages, one dialog at a time (sorted): one position reservation and one insert
+      per dialog, in a savepoint (on an error, again one message per savepoint, so a failure stays
+      that job's). The dialog's row lock (PostgreSQL) is taken here, right before the commit, so
+      batches to one chat overlap until then instead of queueing for their whole transaction;
       outbound runs end `ok`/`failed` in the same transaction; agent runs stay `running` (the
       turn's end records them); every claimed run's created_at/started_at is stamped just before
       the commit, so "claimed" means "claimed and its effect stored".
@@ -40,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from sqlalchemy import update
 
+from picobot.domain.messages import ChatMessage
 from picobot.scheduler import kinds
 from picobot.scheduler import redbeat_entries as entries
 
@@ -61,6 +68,8 @@ class Batch:
     repush: list[str] = field(default_factory=list)  # advanced by someone else meanwhile: read SQL again
     one_by_one: list[tuple[str, float]] = field(default_factory=list)
     after: kinds.After = field(default_factory=kinds.After)
+    dialogs: dict[tuple[str, str], str] = field(default_factory=dict)  # (channel, chat_id) -> its current dialog
+    held: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # dialog -> [(run id, text)] to store
 
     def finish(self, rt: "Ports") -> None:
         """Everything after the commit; each step best effort (the sweepers and the sync repair)."""
@@ -172,6 +181,13 @@ def claim(rt: "Ports", pairs: list[tuple[str, float]]) -> Batch:
             elif outcome == "failed":
                 failed.append((run_id, error))
                 log.warning("job %s due %s failed: %s", job.id, due_at, error)
+        if batch.held:
+            pair_of = {run_id: pair for pair, run_id in run_ids.items()}
+            for run_id, error in _store_held(conn, batch).items():
+                ok.pop(run_id, None)
+                batch.outcomes[pair_of[run_id]] = "failed"
+                failed.append((run_id, error))
+                log.warning("job %s due %s failed: %s", *pair_of[run_id], error)
         _stamp(conn, claimed, ok)
         for run_id, error in failed:
             end_run(conn, run_id, "failed", error)
@@ -180,19 +196,28 @@ def claim(rt: "Ports", pairs: list[tuple[str, float]]) -> Batch:
 
 def _effect(rt: "Ports", conn: "Connection", job: Any, due_at: float, run_id: int,
             batch: Batch) -> tuple[str, str | None]:
-    """The kind's SQL in a savepoint of its own; (outcome, error)."""
+    """The kind's SQL in a savepoint of its own (a web, cli_chat or scheduler chat's message is held for its
+    dialog instead: `_hold`); (outcome, error)."""
     from picobot.storage import jobs as store
 
     try:
+        if job.kind == "outbound_message":
+            text = str(job.payload.get("text") or job.payload.get("prompt") or "")
+            if not text.strip():
+                return "failed", "payload.text is empty"
+            target = job.target or {}
+            chat = (str(target.get("channel") or ""), str(target.get("chat_id") or ""))
+            if chat[0] in kinds.LOCAL_CHANNELS and chat[1]:
+                _hold(conn, batch, chat, run_id, text)
+                return "ok", None
         with _savepoint(conn):
             if job.kind == "outbound_message":
-                text = str(job.payload.get("text") or job.payload.get("prompt") or "")
-                if not text.strip():
-                    return "failed", "payload.text is empty"
-                after = kinds.store_delivery(rt, conn, job.target or {}, text, key=f"j:{job.id}:{due_at!r}")
+                after = kinds.store_delivery(rt, conn, target, text, key=f"j:{job.id}:{due_at!r}")
                 batch.after.merge(after)
                 return "ok", None
             session_id = kinds.store_input(rt, conn, job, due_at)
+            if (job.payload or {}).get("fresh_session"):  # a chat's current dialog changed: look them up again
+                batch.dialogs.clear()
             store.set_run_session(conn, run_id, session_id)
             if session_id not in batch.after.turns:
                 batch.after.turns.append(session_id)
@@ -200,6 +225,46 @@ def _effect(rt: "Ports", conn: "Connection", job: Any, due_at: float, run_id: in
     except Exception as exc:  # a bug or a bad target: this job's run fails, the batch goes on
         log.exception("job %s failed", job.id)
         return "failed", f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def _hold(conn: "Connection", batch: Batch, chat: tuple[str, str], run_id: int, text: str) -> None:
+    """A message to a web, cli_chat or scheduler chat, stored with its dialog's others by `_store_held`."""
+    from picobot.storage import sessions
+
+    dialog = batch.dialogs.get(chat)
+    if dialog is None:
+        with _savepoint(conn):
+            dialog = sessions.current_or_create_id(conn, *chat)
+        batch.dialogs[chat] = dialog
+    batch.held.setdefault(dialog, []).append((run_id, text))
+
+
+def _store_held(conn: "Connection", batch: Batch) -> dict[int, str]:
+    """Store the held messages, each dialog's in one reservation and one insert; queue their `message`
+    events. Returns the runs whose message could not be stored, with the error."""
+    from picobot.storage import messages
+
+    failed: dict[int, str] = {}
+    for dialog in sorted(batch.held):  # one lock order for every batch (PostgreSQL row locks)
+        held = batch.held[dialog]
+        rows = [ChatMessage(role="assistant", content=text, marker=kinds.MARKER_JOB_MESSAGE) for _, text in held]
+        try:
+            with _savepoint(conn):
+                messages.append(conn, dialog, None, rows)
+            stored = held
+        except Exception:
+            log.exception("scheduler: storing %d job messages in %s together failed; one by one", len(held), dialog)
+            stored = []
+            for item, row in zip(held, rows):
+                try:
+                    with _savepoint(conn):
+                        messages.append(conn, dialog, None, [row])
+                    stored.append(item)
+                except Exception as exc:
+                    failed[item[0]] = f"{type(exc).__name__}: {exc}"[:2000]
+        batch.after.events += [{"type": "message", "session_id": dialog, "text": text, "from_session": None}
+                               for _, text in stored]
+    return failed
 
 
 @contextmanager
