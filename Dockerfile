@@ -42,4 +42,4 @@ WORKDIR /data
 VOLUME ["/data", "/workspace"]
 EXPOSE 19876
 # The web process by default (the Procfile's `web` line); compose overrides it per service.
-CMD ["sh", "-c", "exec gunicorn -k gthread -w 1 --threads 1100 --timeout 120 --graceful-timeout 10 --no-control-socket -b 0.0.0.0:${PORT:-19876} 'web.app:create_app()'"]
+CMD ["sh", "-c", "exec gunicorn -k gthread -w 1 --threads 1100 --timeout 120 --graceful-timeout 10 --no-control-socket -b 0.0.0.0:${PORT:-19876} 'web.app:serve_app()'"]

@@ -62,7 +62,7 @@ def test_procfile_has_every_process_and_matches_the_cli() -> None:
 
     web = procfile_argv("web", "8000")
     cli_web = processes.web_argv(_config(), bind="0.0.0.0:8000")
-    assert web[0] == "gunicorn" and web[-1] == "web.app:create_app()" == cli_web[-1]
+    assert web[0] == "gunicorn" and web[-1] == "web.app:serve_app()" == cli_web[-1]
     for opt in ("-k", "-w", "--threads", "--worker-connections", "--timeout", "-b"):
         assert option(web, opt) == option(cli_web, opt), opt
     assert "--no-control-socket" in web

@@ -30,6 +30,17 @@ class JsonSafeRequest(Request):
             return self.on_json_loading_failed(ValueError(f"the JSON nests too deep ({exc})"))
 
 
+def serve_app() -> Flask:
+    """The app as `picobot web`, the Procfile and docker compose serve it (gunicorn's `web.app:serve_app()`):
+    `create_app()`, then its start-up objects frozen out of the garbage collector's full passes
+    (picobot/heap.py), before gunicorn forks its worker. An older `web.app:create_app()` still works."""
+    from picobot.heap import settle
+
+    app = create_app()
+    settle()
+    return app
+
+
 def create_app(config: Config | None = None, overrides: dict[str, Any] | None = None,
                runtime: Runtime | None = None) -> Flask:
     if config is None and runtime is None:

@@ -103,6 +103,7 @@ def make_celery(config: Config) -> PicoCelery:
     # was started (`picobot up`, the Procfile, docker compose); a bad value fails here, with the variable named
     niceness = worker_nice()
     signals.worker_init.connect(lambda sender=None, **_kw: run_at_least_at(niceness), sender=None, weak=False)
+    signals.beat_init.connect(_settle_heap, sender=None, weak=False)  # beat's schedule is set up by then
     return app
 
 
@@ -165,6 +166,12 @@ def _beat(rt: Runtime, publish_mcp, host: str | None = None, slots: int = 0) -> 
         rt.plugins.call("picobot_heartbeat", ports=rt)
 
 
+def _settle_heap(sender: object = None, **_kw: object) -> None:
+    from picobot.heap import settle
+
+    settle()  # the start-up heap out of full collections: no ~100 ms pause of every thread now and then
+
+
 def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def]
     from picobot.mcp.status import publish as publish_mcp
     from picobot.runtime.heartbeat import start_heartbeat
@@ -184,6 +191,7 @@ def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def
                     on_beat=lambda: _beat(rt, publish_mcp, host, app.turn_slots),
                     live_facts=lambda: {"plugins": rt.plugins.statuses()})
     app.send_task(SWEEP_TASK, queue=QUEUE_MAINTENANCE)  # recover what a previous run left behind
+    _settle_heap()
     log.info("worker %s ready", rt.worker_name)
 
 

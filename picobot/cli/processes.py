@@ -19,7 +19,7 @@ def web_argv(config: Config, bind: str | None = None, threads: int = 1100) -> li
     # one thread per open socket; connections beyond the threads are kept-alive HTTP clients (gunicorn
     # warns, and keeps none alive, unless worker_connections exceeds threads)
     return [sys.executable, "-m", "gunicorn", "-k", "gthread", "-w", "1", "--threads", str(threads),
-            "--worker-connections", str(threads + 1000), "--timeout", "120", "--graceful-timeout", "10", "--no-control-socket", "-b", bind, "web.app:create_app()"]
+            "--worker-connections", str(threads + 1000), "--timeout", "120", "--graceful-timeout", "10", "--no-control-socket", "-b", bind, "web.app:serve_app()"]
 
 
 DEFAULT_WORKER_CONCURRENCY = 200
