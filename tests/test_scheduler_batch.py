@@ -349,29 +349,38 @@ def test_beat_sends_a_ticks_due_jobs_as_batches_and_holds_them_back_when_the_que
 def test_after_sending_due_jobs_beat_gathers_the_next_ones_but_wakes_on_time_for_a_job_when_idle(
         tmp_path, llm, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     """A burst goes out as a few large batches (beat waits BURST_GATHER_SECS after a tick that sent jobs);
-    a job that comes due while beat sent nothing is waited for exactly."""
-    from worker.beat import BURST_GATHER_SECS, PicoBeatScheduler
+    a job that comes due while beat sent nothing is waited for exactly. The gathering is stretched to 0.4 s
+    here (beat's longest sleep in these tests is 0.5 s), so that due times 0.2 s ahead stay inside it on a
+    slow machine too."""
+    from worker import beat as beat_module
+    from worker.beat import PicoBeatScheduler
     from worker.celery_app import make_celery
 
+    monkeypatch.setattr(beat_module, "BURST_GATHER_SECS", 0.4)
     rt = _runtime(tmp_path, llm, redis_url, monkeypatch)
     try:
         for job_id in ("b.gather.now", "b.gather.soon", "b.gather.later"):
             _put(rt, job_id, chat="gather")
+        beat = PicoBeatScheduler(app=make_celery(rt.config), lazy=True)
+        beat.setup_schedule()
+        # beat's own entries (the sweep, every second here) out of the way: each wake-up below is a job's
+        statics = [k for k in rt.redis.zrange(entries.SCHEDULE_KEY, 0, -1) if entries.job_id_of_key(k) is None]
+        rt.redis.zrem(entries.SCHEDULE_KEY, *statics)
         now = time.time()
         _due_now(rt, "b.gather.now", due=now - 0.5)
-        _due_now(rt, "b.gather.soon", due=now + 0.03)
-        beat = PicoBeatScheduler(app=make_celery(rt.config), lazy=True)
-        assert beat.tick() >= BURST_GATHER_SECS  # sent one: the next (due in 30 ms) waits for the gathering
+        _due_now(rt, "b.gather.soon", due=now + 0.2)
+        assert beat.tick() >= 0.4  # sent one: the next, due in 0.2 s, waits for the gathering
         assert [p for b in _sent_batches(rt) for p in b] == [("b.gather.now", pytest.approx(now - 0.5))]
-        time.sleep(0.2)
+        time.sleep(max(0.0, now + 0.2 - time.time()) + 0.05)
         beat.tick()
         assert sorted(p for b in _sent_batches(rt) for p in b) == [("b.gather.now", pytest.approx(now - 0.5)),
-                                                                   ("b.gather.soon", pytest.approx(now + 0.03))]
+                                                                   ("b.gather.soon", pytest.approx(now + 0.2))]
         rt.redis.delete(QUEUE_SCHEDULED)
-        later = time.time() + 0.04
+        before = time.time()
+        later = before + 0.2
         _due_now(rt, "b.gather.later", due=later)
-        wait = beat.tick()  # nothing was due: beat wakes when the next job is
-        assert _sent_batches(rt) == [] and 0 < wait <= later - time.time() + 0.005
+        wait = beat.tick()  # nothing was due: beat wakes when the next job is, not after the gathering
+        assert _sent_batches(rt) == [] and 0 < wait <= later - before + 0.001
     finally:
         rt.close()
 

@@ -126,7 +126,8 @@ def tree() -> Response:
 
 def _definition(d: dict[str, Any] | None) -> dict[str, Any]:
     d = d or {}
-    run = d.get("run") if isinstance(d.get("run"), dict) else {}
+    found = d.get("run")
+    run = found if isinstance(found, dict) else {}
     return shown_tree({k: d.get(k) for k in _DEFINITION_KEYS} | {k: run.get(k) for k in _RUN_KEYS})
 
 

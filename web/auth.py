@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, redirect, request
+from werkzeug.wrappers import Response as BaseResponse
 
 from picobot.pairing import ALPHABET, CODE_LEN, Device, FailureLimiter, Pairing, display_code, normalize_code
 from picobot.app import App as Runtime
@@ -232,7 +233,7 @@ def _redeem(code: str, name: str, kind: str = "browser") -> tuple[int, str, Any]
     return 200, "", issued
 
 
-def set_token_cookie(resp: Response, token: str) -> None:
+def set_token_cookie(resp: BaseResponse, token: str) -> None:
     secure = request.is_secure or request.headers.get("X-Forwarded-Proto", "") == "https"
     resp.set_cookie(COOKIE, token, max_age=COOKIE_MAX_AGE, path="/", httponly=True, samesite="Strict",
                     secure=secure)
@@ -246,7 +247,7 @@ MESSAGES = {
 
 
 @bp.get("/pair")
-def pair_page() -> Response:
+def pair_page() -> BaseResponse:
     token, _ = request_token()
     if token and pairing().verify(token):
         return redirect("/", code=303)
@@ -254,15 +255,15 @@ def pair_page() -> Response:
 
 
 @bp.post("/pair")
-def pair_form() -> Response:
+def pair_form() -> BaseResponse:
     code = request.form.get("code", "")
     name = (request.form.get("name") or "").strip()[:128] or device_name(request.headers.get("User-Agent", ""))
     status, error, issued = _redeem(code, name)
     if issued is None:
-        resp = render_pair_page(status=status, code=_clean_code(code), message=MESSAGES[error], error=True)
+        page = render_pair_page(status=status, code=_clean_code(code), message=MESSAGES[error], error=True)
         if status == 429:
-            resp.headers["Retry-After"] = str(g.retry_after)
-        return resp
+            page.headers["Retry-After"] = str(g.retry_after)
+        return page
     resp = redirect("/", code=303)
     set_token_cookie(resp, issued.token)
     return resp

@@ -13,6 +13,7 @@ import select
 import socket
 import threading
 import time
+from functools import partial
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
@@ -325,7 +326,7 @@ class WriteWaiter:
         now = time.monotonic()
         for fd, outbox in by_fd.items():
             if fd in ready:
-                self._release(outbox, lambda o=outbox: self._resume(o))
+                self._release(outbox, partial(self._resume, outbox))
             elif outbox.overdue(now):
                 self._release(outbox, outbox.finish)
 

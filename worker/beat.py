@@ -43,7 +43,7 @@ class PicoBeatScheduler(RedBeatScheduler):
     _job_room: int | None = None  # job fires the `scheduled` queue may still take this tick (None: not counted yet)
     _due_jobs: list[tuple[str, float]] | None = None  # jobs found due this tick, sent as batches at its end
 
-    def setup_schedule(self):  # type: ignore[no-untyped-def]
+    def setup_schedule(self) -> None:
         super().setup_schedule()
         self._rebuild_jobs()
 
@@ -58,14 +58,14 @@ class PicoBeatScheduler(RedBeatScheduler):
         except Exception:  # the periodic sync (every 30 s) tries again
             log.exception("beat: rebuilding the scheduled jobs from SQL failed")
 
-    def tick(self, min=min, **kwargs):  # type: ignore[no-untyped-def,override]
+    def tick(self, min: Any = min, **kwargs: Any) -> float:
         try:
             return self._tick(min)
         except (RedisConnectionError, RedisTimeoutError) as exc:  # Redis restarting: wait for it, don't exit
             log.warning("beat: Redis unavailable (%s); retrying", exc)
             return self.max_interval
 
-    def _tick(self, min):  # type: ignore[no-untyped-def]
+    def _tick(self, min: Any) -> float:
         if self.lock_key and self.lock is not None:
             try:
                 self.lock.extend(int(self.lock_timeout))
@@ -123,7 +123,7 @@ class PicoBeatScheduler(RedBeatScheduler):
                 self.__dict__.pop("_maybe_due_kwargs", None)
 
     @property
-    def schedule(self):  # type: ignore[no-untyped-def,override]
+    def schedule(self) -> dict[str, Any]:
         return self._select()[0]
 
     def _select(self) -> tuple[dict[str, Any], list[tuple[str, float]], float | None]:
@@ -175,7 +175,7 @@ class PicoBeatScheduler(RedBeatScheduler):
             log.warning("beat: schedule missing from Redis (restart or flush); re-installing static entries")
             self.setup_schedule()  # and the scheduled jobs' entries, from SQL
 
-    def _job_due(self, entry):  # type: ignore[no-untyped-def]
+    def _job_due(self, entry: Any) -> tuple[bool, float | None] | None:
         """(due, seconds to wait) of a scheduled job's entry, or None for any other entry."""
         if not entry.name.startswith(redbeat_entries.ENTRY_PREFIX):
             return None
@@ -205,13 +205,14 @@ class PicoBeatScheduler(RedBeatScheduler):
         depths = broker_queues.configured_depths(self.app.picobot_config, [QUEUE_SCHEDULED], get_redis(self.app))
         return depths[QUEUE_SCHEDULED]
 
-    def maybe_due(self, entry, **kwargs):  # type: ignore[no-untyped-def]
+    def maybe_due(self, entry: Any, **kwargs: Any) -> float | None:
         job = self._job_due(entry)
         is_due, next_time_to_run = entry.is_due() if job is None else job
         if not is_due:
             return next_time_to_run
-        if job is not None and self._due_jobs is not None:  # sent with the tick's other due jobs, as batches
-            self._due_jobs.append((entry.args[0], redbeat_entries.due_of(entry.args)))
+        due_at = redbeat_entries.due_of(entry.args) if job is not None else None
+        if due_at is not None and self._due_jobs is not None:  # sent with the tick's other due jobs, as batches
+            self._due_jobs.append((entry.args[0], due_at))
             return next_time_to_run
         try:
             self.apply_async(entry, **kwargs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any, Callable
 
 from celery import Celery, signals
 
@@ -137,7 +138,7 @@ def _takes_turns(app: Celery) -> bool:
             and QUEUE_TURNS in app.amqp.queues.consume_from)
 
 
-def _take_host_queue(sender=None, instance=None, **_kw) -> None:  # type: ignore[no-untyped-def]
+def _take_host_queue(sender: object = None, instance: object = None, **_kw: object) -> None:
     """A worker that takes turns also takes its host's queue: turns of the chats whose files are here.
     Either way it tells placement whether it serves its host: one that does not never pins a chat to it."""
     from picobot.runtime import placement
@@ -153,7 +154,7 @@ def _take_host_queue(sender=None, instance=None, **_kw) -> None:  # type: ignore
         placement.serve(None)
 
 
-def _beat(rt: Runtime, publish_mcp, host: str | None = None, slots: int = 0) -> None:  # type: ignore[no-untyped-def]
+def _beat(rt: Runtime, publish_mcp: Callable[..., None], host: str | None = None, slots: int = 0) -> None:
     """Each heartbeat: the host's liveness and this worker's load (placement), the MCP servers' states,
     then the plugins' (the worker's metric samples)."""
     try:
@@ -172,7 +173,7 @@ def _settle_heap(sender: object = None, **_kw: object) -> None:
     settle()  # the start-up heap out of full collections: no ~100 ms pause of every thread now and then
 
 
-def _on_worker_ready(sender=None, **_kw) -> None:  # type: ignore[no-untyped-def]
+def _on_worker_ready(sender: Any = None, **_kw: object) -> None:
     from picobot.mcp.status import publish as publish_mcp
     from picobot.runtime.heartbeat import start_heartbeat
     from picobot.runtime.tool_safety import announce

@@ -15,11 +15,16 @@ from __future__ import annotations
 import argparse
 import sys
 
+from typing import TYPE_CHECKING
+
 from picobot.config import Config
 from picobot.config.loader import load_config
 
+if TYPE_CHECKING:
+    from worker.queue import CeleryTaskQueue
 
-def _queue(config: Config):  # type: ignore[no-untyped-def]
+
+def _queue(config: Config) -> "CeleryTaskQueue":
     from worker.celery_app import make_celery
     from worker.queue import CeleryTaskQueue
 

@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from picobot.storage import inbound, sessions
 from picobot.storage.models import MODE_QUEUE
@@ -27,6 +27,7 @@ from picobot.webhooks import runs
 from picobot.webhooks.body import BodyError, parse_object
 from picobot.webhooks.signature import SIGNATURE_HEADER, TIMESTAMP_HEADER, SignatureError, verify
 from picobot.webhooks.template import Template, TemplateError, compile_template
+from picobot.domain.headers import RequestHeaders
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -72,7 +73,7 @@ def hook_config(ports: "Ports", name: str) -> "HookConfig":
     return hook
 
 
-def accept(ports: "Ports", name: str, headers: Mapping[str, str], body: bytes,
+def accept(ports: "Ports", name: str, headers: RequestHeaders, body: bytes,
            now: float | None = None) -> Accepted:
     hook = hook_config(ports, name)
     if len(body) > hook.max_body_bytes:

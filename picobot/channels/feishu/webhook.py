@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from picobot.channels.feishu.crypto import BadPayload, CryptoError, check_signature, check_token, decrypt
 from picobot.domain.text import repair_text
+from picobot.domain.headers import RequestHeaders
 
 if TYPE_CHECKING:
     from picobot.channels.feishu.config import FeishuConfig
@@ -43,7 +44,7 @@ class Rejected(Exception):
         self.reason = reason
 
 
-def handle(rt: ChannelPorts, cfg: FeishuConfig, headers: Mapping[str, str], body: bytes,
+def handle(rt: ChannelPorts, cfg: FeishuConfig, headers: RequestHeaders, body: bytes,
            channel: str = "feishu") -> Answer:
     """Answer one webhook request; never raises."""
     try:
@@ -56,7 +57,7 @@ def handle(rt: ChannelPorts, cfg: FeishuConfig, headers: Mapping[str, str], body
         return 500, {"code": 500, "msg": "internal error, retry later"}
 
 
-def _handle(rt: ChannelPorts, cfg: FeishuConfig, headers: Mapping[str, str], body: bytes, channel: str) -> Answer:
+def _handle(rt: ChannelPorts, cfg: FeishuConfig, headers: RequestHeaders, body: bytes, channel: str) -> Answer:
     if not (cfg.verification_token or cfg.encrypt_key):  # config load refuses this; never run open
         raise Rejected(401, "neither verification_token nor encrypt_key is configured")
     if len(body) > MAX_BODY_BYTES:

@@ -14,9 +14,10 @@ import hmac
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from picobot.channels.telegram import intake, status
+from picobot.domain.headers import RequestHeaders
 
 if TYPE_CHECKING:
     from picobot.channels.ports import ChannelPorts
@@ -34,7 +35,7 @@ def _answer(status_code: int, description: str) -> Answer:
     return status_code, {"ok": status_code < 400, "description": description}
 
 
-def handle(rt: ChannelPorts, cfg: TelegramConfig, headers: Mapping[str, str], body: bytes,
+def handle(rt: ChannelPorts, cfg: TelegramConfig, headers: RequestHeaders, body: bytes,
            channel: str = "telegram") -> Answer:
     """Answer one webhook request; never raises."""
     try:
@@ -49,7 +50,7 @@ def _reject(channel: str, status_code: int, reason: str) -> Answer:
     return _answer(status_code, reason)
 
 
-def _handle(rt: ChannelPorts, cfg: TelegramConfig, headers: Mapping[str, str], body: bytes, channel: str) -> Answer:
+def _handle(rt: ChannelPorts, cfg: TelegramConfig, headers: RequestHeaders, body: bytes, channel: str) -> Answer:
     if not cfg.webhook_secret:  # config load refuses this; never run open
         return _reject(channel, 401, "no webhook_secret is configured")
     given = next((str(v) for k, v in headers.items() if str(k).lower() == SECRET_HEADER), "")
