@@ -115,7 +115,7 @@ class Stack:
         wait_for(lambda: self._http_ok("/health"), timeout, "web did not start")
 
     def start_worker(self, name: str = "w1", concurrency: int = 50, nice: int = 0,
-                     env: dict[str, str] | None = None, wait: bool = True, timeout: float = 40) -> subprocess.Popen:
+                     env: dict[str, str] | None = None, wait: bool = True, timeout: float = 90) -> subprocess.Popen:
         """`nice`: PICOBOT_WORKER_NICE for this worker (tests default to 0, so that the pytest workers sharing the
         cores do not starve the stacks; the benchmarks pass the product's default, 10, to run them as deployed).
         `env`: overrides for this worker (another host: PICOBOT_HOST_ID and a home of its own).
@@ -130,7 +130,9 @@ class Stack:
         def up() -> bool:
             alive = self.workers_alive()
             return all(any(n.startswith(f"{name}@") for n in alive) for name in names)
-        wait_for(up, timeout or (60 if len(names) > 1 else 40), f"workers {', '.join(names)} did not start")
+        # generous: a worker starts in seconds, but a loaded CI machine (three pytest workers, their stacks and
+        # Chromium on two cores) once took over 40 s to start one on PostgreSQL
+        wait_for(up, timeout or 90, f"workers {', '.join(names)} did not start")
 
     def start_beat(self) -> None:
         self._spawn("beat", ["beat"])
