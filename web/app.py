@@ -33,7 +33,7 @@ class JsonSafeRequest(Request):
 def serve_app() -> Flask:
     """The app as `picobot web`, the Procfile and docker compose serve it (gunicorn's `web.app:serve_app()`):
     `create_app()`, then its start-up objects frozen out of the garbage collector's full passes
-    (picobot/heap.py), before gunicorn forks its worker. An older `web.app:create_app()` still works."""
+    (picobot/heap.py), in gunicorn's worker process. An older `web.app:create_app()` still works."""
     from picobot.heap import settle
 
     app = create_app()

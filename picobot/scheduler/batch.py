@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from sqlalchemy import update
 
-from picobot.domain.messages import ChatMessage
 from picobot.scheduler import kinds
 from picobot.scheduler import redbeat_entries as entries
 
@@ -247,7 +246,7 @@ def _store_held(conn: "Connection", batch: Batch) -> dict[int, str]:
     failed: dict[int, str] = {}
     for dialog in sorted(batch.held):  # one lock order for every batch (PostgreSQL row locks)
         held = batch.held[dialog]
-        rows = [ChatMessage(role="assistant", content=text, marker=kinds.MARKER_JOB_MESSAGE) for _, text in held]
+        rows = [kinds.job_message(text) for _, text in held]
         try:
             with _savepoint(conn):
                 messages.append(conn, dialog, None, rows)
@@ -262,8 +261,7 @@ def _store_held(conn: "Connection", batch: Batch) -> dict[int, str]:
                     stored.append(item)
                 except Exception as exc:
                     failed[item[0]] = f"{type(exc).__name__}: {exc}"[:2000]
-        batch.after.events += [{"type": "message", "session_id": dialog, "text": text, "from_session": None}
-                               for _, text in stored]
+        batch.after.events += [kinds.message_event(dialog, text) for _, text in stored]
     return failed
 
 

@@ -160,14 +160,24 @@ def store_delivery(rt: "Runtime", conn: "Connection", target: dict[str, Any], te
     after = After()
     if channel in LOCAL_CHANNELS:
         session_id = sessions.current_or_create_id(conn, channel, chat_id)
-        messages.append(conn, session_id, None, [ChatMessage(role="assistant", content=text, marker=marker)])
-        after.events.append({"type": "message", "session_id": session_id, "text": text, "from_session": None})
+        messages.append(conn, session_id, None, [job_message(text, marker)])
+        after.events.append(message_event(session_id, text))
         return after
     wakes = [w for w in record_outbox(conn, rt, channel, chat_id, text, kind, key) if callable(w)]
     if not wakes:
         raise ValueError(f"channel {channel!r} is not a configured, enabled external channel")
     after.wakes[(channel, chat_id)] = wakes[0] if len(wakes) == 1 else (lambda: [w() for w in wakes])
     return after
+
+
+def job_message(text: str, marker: str = MARKER_JOB_MESSAGE) -> ChatMessage:
+    """A job's text as stored in a web, cli_chat or scheduler chat."""
+    return ChatMessage(role="assistant", content=text, marker=marker)
+
+
+def message_event(session_id: str, text: str) -> dict[str, Any]:
+    """The `message` event that shows a stored job message in its open chat."""
+    return {"type": "message", "session_id": session_id, "text": text, "from_session": None}
 
 
 def notify_budget(rt: "Runtime", job: Any, error: str, due_at: float) -> None:

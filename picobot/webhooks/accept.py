@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from picobot.domain.headers import RequestHeaders
 from picobot.storage import inbound, sessions
 from picobot.storage.models import MODE_QUEUE
 from picobot.webhooks import runs
 from picobot.webhooks.body import BodyError, parse_object
 from picobot.webhooks.signature import SIGNATURE_HEADER, TIMESTAMP_HEADER, SignatureError, verify
 from picobot.webhooks.template import Template, TemplateError, compile_template
-from picobot.domain.headers import RequestHeaders
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection

@@ -17,8 +17,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from picobot.channels.feishu.crypto import BadPayload, CryptoError, check_signature, check_token, decrypt
-from picobot.domain.text import repair_text
 from picobot.domain.headers import RequestHeaders
+from picobot.domain.text import repair_text
 
 if TYPE_CHECKING:
     from picobot.channels.feishu.config import FeishuConfig
