@@ -19,6 +19,7 @@ scope is due again next run.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,7 @@ log = logging.getLogger("picobot.memory.maintenance")
 
 LOCK_KEY = keys.MEMORY_MAINTENANCE_LOCK
 LOCK_MARGIN_SECS = 60  # beyond one scope's model call: reading, writing, AGENT.md
+IDLE_MARGIN_SECS = 5  # the stream's idle limit past the maintenance timeout, which the watchdog enforces
 PAGE = 100  # MemoryStore.list's largest page
 BLOCK_HEADER = ("## What PicoBot remembers about its users\n\n"
                 "Kept by memory maintenance from the long-term memories; edits here are replaced on its next run.")
@@ -150,15 +152,23 @@ def _ask(rt: "MemoryPorts", resolved: ResolvedAgent, messages: list[Any], stage:
                           max_tokens=resolved.model.max_tokens, options=dict(resolved.model.options))
     cancel = CancelToken()
     disarm = watchdog().arm(timeout, lambda: cancel.cancel("timeout"))
+    started = time.monotonic()
+    late = ProviderUnavailable(f"the model did not answer within {timeout:g} s (providers.{resolved.provider_key}."
+                               "memory_maintenance_timeout_secs)")
     try:
         with metered(rt.plugins, stage, resolved.provider_key, request, "maintenance") as watch:
-            for event in pump(rt.provider(resolved.provider_key).stream(request), cancel, timeout):
+            # the stream's own idle limit sits past the timeout: the watchdog's cancel, which names the setting,
+            # is what ends a silent model (a tie between the two under load reads as the timeout below)
+            for event in pump(rt.provider(resolved.provider_key).stream(request), cancel, timeout + IDLE_MARGIN_SECS):
                 if isinstance(event, Completed):
                     watch.usage, watch.finish_reason = event.usage, event.stop_reason
                     return text_of(event.message.content)
     except TurnCancelled:
-        raise ProviderUnavailable(f"the model did not answer within {timeout:g} s (providers.{resolved.provider_key}."
-                       "memory_maintenance_timeout_secs)") from None
+        raise late from None
+    except ProviderError:
+        if cancel.cancelled or time.monotonic() - started >= timeout:
+            raise late from None
+        raise
     finally:
         disarm()
     raise ProviderUnavailable("the model's answer ended without a complete message")
