@@ -138,11 +138,16 @@ class Stack:
         self._spawn("beat", ["beat"])
 
     def start(self, workers: int = 1, beat: bool = True) -> "Stack":
-        self.start_web()
-        for i in range(workers):
-            self.start_worker(f"w{i + 1}")
+        """Web, workers and beat started together (none needs another to start), then waited for."""
+        self.start_web(wait=False)
+        names = [f"w{i + 1}" for i in range(workers)]
+        for name in names:
+            self.start_worker(name, wait=False)
         if beat:
             self.start_beat()
+        self.wait_web(timeout=60)
+        if names:
+            self.wait_workers(*names)
         return self
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:

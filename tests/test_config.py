@@ -490,3 +490,13 @@ def test_url_user_names_stay_but_token_users_are_masked() -> None:
 
 def test_redact_ignores_tiny_values() -> None:
     assert redact("a b c", ["a", ""]) == "a b c"
+
+
+def test_beat_lock_must_span_three_ticks(home: Path, cwd: Path) -> None:
+    err = load_error(home, cwd, {"scheduler": {"tick_resolution_ms": 2000, "beat_lock_secs": 5}})
+    assert err.key_path == "scheduler"
+    assert "beat_lock_secs (5)" in err.reason and "three ticks (6 s" in err.reason
+    # a tick is at most 5 s whatever the resolution says, so 15 s always suffices
+    write_json(home / "config.json", {"scheduler": {"tick_resolution_ms": 60000, "beat_lock_secs": 15}})
+    assert load_config(home=home, environ={}, cwd=cwd).scheduler.beat_lock_secs == 15
+    assert load_error(home, cwd, {"scheduler": {"beat_lock_secs": 0}}).key_path == "scheduler.beat_lock_secs"

@@ -11,6 +11,7 @@ from celery import Celery, signals
 from picobot.cli.processes import run_at_least_at, task_events, worker_nice
 from picobot.config import Config
 from picobot.config.home import REDIS_SCHEMES, url_scheme
+from picobot.config.schema import MAX_TICK_SECS
 from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
 from picobot.app import App as Runtime, build_runtime
 from picobot.titles import TITLE_TASK
@@ -80,9 +81,10 @@ def make_celery(config: Config) -> PicoCelery:
         beat_scheduler="worker.beat.PicoBeatScheduler",
         redbeat_redis_url=url,
         redbeat_redis_options={},  # said explicitly: redbeat no longer borrows broker_transport_options
-        redbeat_lock_timeout=max(30, int(sweep_every * 6)),
+        # renewed every tick (at most MAX_TICK_SECS apart; the config checks it spans three)
+        redbeat_lock_timeout=config.scheduler.beat_lock_secs,
         # a job fires within one tick of its due time (scheduler.tick_resolution_ms)
-        beat_max_loop_interval=min(max(1, min(5, int(sweep_every))), config.scheduler.tick_resolution_ms / 1000),
+        beat_max_loop_interval=min(max(1, min(MAX_TICK_SECS, int(sweep_every))), config.scheduler.tick_resolution_ms / 1000),
         beat_schedule={
             SWEEP_TASK: {"task": SWEEP_TASK, "schedule": sweep_every, "options": {"queue": QUEUE_MAINTENANCE, "expires": sweep_every * 3}},
             # scheduled jobs: their redbeat entries rebuilt/repaired from SQL (also at beat start and after a flush)

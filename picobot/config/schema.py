@@ -237,13 +237,27 @@ class JobConfig(_Section):
         return self
 
 
+MAX_TICK_SECS = 5  # beat wakes at least this often, whatever tick_resolution_ms says (worker/celery_app.py)
+
+
 class SchedulerConfig(_Section):
     enabled: bool = True
     tick_resolution_ms: int = Field(default=1000, gt=0)
     worker_queue_capacity: int = Field(default=128, gt=0)
     misfire_policy: Literal["skip", "run_once"] = "skip"
     misfire_grace_secs: int = Field(default=3600, ge=0)  # run_once: catch up only a due time this recent
+    # beat's lock in Redis (renewed every tick): a standby beat takes over this long after the running one died
+    beat_lock_secs: int = Field(default=30, gt=0)
     jobs: list[JobConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _lock_outlives_ticks(self) -> "SchedulerConfig":
+        tick = min(self.tick_resolution_ms / 1000, MAX_TICK_SECS)
+        if self.beat_lock_secs < 3 * tick:
+            raise ValueError(f"beat_lock_secs ({self.beat_lock_secs}) must be at least three ticks "
+                             f"({3 * tick:g} s with tick_resolution_ms {self.tick_resolution_ms}): beat renews its "
+                             "lock once a tick, and a lock that lapses between ticks lets a second beat in")
+        return self
 
     @field_validator("jobs")
     @classmethod
