@@ -16,6 +16,7 @@ import httpx
 
 from picobot.channels.base import Capabilities, Delivery, DeliveryError
 from picobot.gateway.inbound import InboundMessage
+from tests.http_client import HTTP
 
 
 class SinkAdapter:
@@ -34,7 +35,7 @@ class SinkAdapter:
         body = {"id": delivery.id, "channel": delivery.channel, "chat_id": delivery.chat_id, "kind": delivery.kind,
                 "payload": delivery.payload, "key": delivery.idempotency_key, "attempts": delivery.attempts}
         try:
-            r = httpx.post(self.url + "/deliver", json=body, timeout=10)
+            r = HTTP.post(self.url + "/deliver", json=body, timeout=10)
         except httpx.HTTPError as exc:
             raise DeliveryError(f"sink unreachable: {type(exc).__name__}", code="network") from exc
         if r.status_code == 200:
@@ -48,7 +49,7 @@ class SinkAdapter:
         if event.get("ignore"):
             return []
         if event.get("lookup"):  # reading this event needs the platform (as Feishu's parents and mentions do)
-            r = httpx.post(self.url + "/read", json={"chat_id": event.get("chat_id")}, timeout=10)
+            r = HTTP.post(self.url + "/read", json={"chat_id": event.get("chat_id")}, timeout=10)
             if r.status_code != 200:
                 raise DeliveryError(f"sink answered {r.status_code} to a read", permanent=r.status_code < 500)
         return [InboundMessage(channel=self.name, chat_id=str(event["chat_id"]), sender_id=str(event["sender_id"]),

@@ -14,6 +14,7 @@ from scripts.fake_llm import FakeLLM
 from tests.stack import Stack
 from tests.feishu_fake import *  # noqa: F401,F403  (fixtures: fake_feishu, feishu_config, event_sender)
 from tests.file_order import pytest_collection_modifyitems, pytest_runtest_logreport, pytest_sessionfinish  # noqa: F401
+from tests.http_client import HTTP
 
 PG_URL = os.environ.get("PICOBOT_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -51,12 +52,12 @@ def fake_llm() -> Iterator[FakeLLM]:
 @pytest.fixture
 def llm(fake_llm: FakeLLM) -> FakeLLM:
     """The fake LLM with no rules left from earlier tests."""
-    httpx.delete(fake_llm.url + "/_fake/rules")
+    HTTP.delete(fake_llm.url + "/_fake/rules")
     return fake_llm
 
 
 def add_rule(llm: FakeLLM, match: str | None, *responses: dict, repeat: bool = False) -> None:
-    r = httpx.post(llm.url + "/_fake/rules", json={"match": match, "responses": list(responses), "repeat": repeat})
+    r = HTTP.post(llm.url + "/_fake/rules", json={"match": match, "responses": list(responses), "repeat": repeat})
     r.raise_for_status()
 
 

@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, text
 
 from picobot.webhooks.signature import sign
 from tests.stack import base_config
+from tests.http_client import HTTP
 
 SECRET = "whsec-" + "T3STSECRET" * 3  # must never show up in logs, answers or the database
 
@@ -84,7 +85,7 @@ def signed(body: bytes, secret: str = SECRET, ts: int | None = None, **extra: st
 
 def post(base: str, name: str, payload: Any, **extra: str) -> httpx.Response:
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    return httpx.post(f"{base}/hooks/{name}", content=body, headers=signed(body, **extra), timeout=30)
+    return HTTP.post(f"{base}/hooks/{name}", content=body, headers=signed(body, **extra), timeout=30)
 
 
 def count_runs(database_url: str) -> int:
@@ -97,5 +98,5 @@ def count_runs(database_url: str) -> int:
 
 
 def model_calls_with(llm_url: str, marker: str) -> int:
-    reqs = httpx.get(llm_url + "/_fake/requests", timeout=10).json()["requests"]
+    reqs = HTTP.get(llm_url + "/_fake/requests", timeout=10).json()["requests"]
     return sum(marker in json.dumps(r.get("body")) for r in reqs)

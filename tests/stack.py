@@ -23,6 +23,7 @@ import websocket
 from picobot.cli.embedded_redis import free_port, start_embedded
 from picobot.config.home import default_database_url
 from picobot.storage.db import Database
+from tests.http_client import HTTP
 
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-test-" + "S3CRETKEY" * 3  # must never show up in logs, frames or the database
@@ -188,12 +189,12 @@ class Stack:
 
     def _http_ok(self, path: str) -> bool:
         try:
-            return httpx.get(self.http + path, timeout=2).status_code == 200
+            return HTTP.get(self.http + path, timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 
     def health(self) -> dict[str, Any]:
-        return httpx.get(self.http + "/health", timeout=10).json()
+        return HTTP.get(self.http + "/health", timeout=10).json()
 
     def workers_alive(self) -> list[str]:
         try:
@@ -309,12 +310,16 @@ class WsClient:
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
+    """pred()'s first true value; TimeoutError(what) after `timeout` s. Polls soon, then every 0.25 s: most
+    waits end within a second, and the long ones (a fault's recovery) need not cost ten probes a second."""
     deadline = time.monotonic() + timeout
+    pause = 0.05
     while time.monotonic() < deadline:
         value = pred()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.25)
     raise TimeoutError(what)
 
 

@@ -30,6 +30,7 @@ from picobot.skills.frontmatter import parse as parse_skill
 from picobot.subagents.definitions import parse as parse_subagent
 from tests.conftest import add_rule
 from tests.stack import Stack, base_config
+from tests.http_client import HTTP
 
 KNOWN = Known(frozenset({"default", "other"}), frozenset({"default", "big"}), frozenset({"default"}),
               "default", "default")
@@ -238,7 +239,7 @@ def agents_stack(tmp_path_factory: pytest.TempPathFactory, fake_llm) -> Iterator
 
 def _bodies(llm, text: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """The chat requests whose last user message holds `text`, oldest first."""
-    found = httpx.get(llm.url + "/_fake/requests").json()["requests"]
+    found = HTTP.get(llm.url + "/_fake/requests").json()["requests"]
     out = []
     for r in found:
         body = r.get("body") or {}
@@ -314,7 +315,7 @@ def test_task_to_a_delegate_runs_with_that_agents_model_and_a_non_delegate_is_re
 def test_api_and_cli_list_every_agent_and_the_broken_files_error(agents_stack: Stack) -> None:
     http = httpx.Client(base_url=agents_stack.http, headers={"Authorization": f"Bearer {agents_stack.token}"},
                         timeout=10)
-    assert httpx.get(agents_stack.http + "/api/agents", timeout=10).status_code == 401  # like every /api route
+    assert HTTP.get(agents_stack.http + "/api/agents", timeout=10).status_code == 401  # like every /api route
     found = http.get("/api/agents").json()
     by_name = {a["name"]: a for a in found["agents"]}
     assert by_name["default"]["source"] == "config" and by_name["coder"]["source"] == "file"
@@ -381,7 +382,9 @@ def test_a_background_task_to_a_named_agent_runs_with_its_model_and_tools(agents
     call = {"name": "task", "arguments": {"description": "sum later", "prompt": f"bg-helper-{tag} add 3 and 4",
                                           "subagent_type": "helper", "background": True}}
     add_rule(llm, f"bg-parent-{tag}", {"tool_calls": [call]}, {"content": "started it"})
-    add_rule(llm, f"bg-helper-{tag}", {"content": "it is 7"})
+    # the helper answers after the parent's turn has ended: a report that lands while the turn still runs is
+    # steered into it (and the parent's answer would be the report's), which is not what this test is about
+    add_rule(llm, f"bg-helper-{tag}", {"content": "it is 7", "delay_ms": 3000})
     add_rule(llm, "sum later", {"content": "the helper says 7"})  # the turn the report starts
     assert _ask(agents_stack, f"bg-parent-{tag}")["final_text"] == "started it"
     wait_for(lambda: _bodies(llm, f"bg-helper-{tag}"), 60, "the background run did not call its model")

@@ -31,6 +31,7 @@ from scripts.fake_feishu import FakeFeishu
 from scripts.fake_telegram import FakeTelegram
 from tests.feishu_fake import fake_feishu, feishu_config  # noqa: F401 (fixtures)
 from tests.telegram_fake import RecordingQueue, fake_tg  # noqa: F401 (fixtures)
+from tests.http_client import HTTP
 
 TG_CHAT = "5551"
 FS_CHAT = "oc_answer_media"
@@ -110,7 +111,7 @@ def test_telegram_gets_the_text_then_the_screenshot_as_a_photo(make_rt: Any, fak
     assert photo["data"] == shot.read_bytes() and photo["content_type"] == "image/png"
     assert photo["message_id"] > fake_tg.sent_to(TG_CHAT)[0]["message_id"]  # after the text
     assert row(rt, row_id).status == outbox.SENT and row(rt, row_id).result["media"] == {"0": photo["message_id"]}
-    shown = httpx.get(f"{fake_tg.base_url}/_fake/photos", params={"chat_id": TG_CHAT}).json()["result"]
+    shown = HTTP.get(f"{fake_tg.base_url}/_fake/photos", params={"chat_id": TG_CHAT}).json()["result"]
     assert [(p["message_id"], p["bytes"]) for p in shown] == [(photo["message_id"], len(photo["data"]))]
 
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from picobot.storage.db import Database
 from tests.conftest import add_rule
 from tests.stack import Stack, WsClient, base_config, wait_for
+from tests.http_client import HTTP
 
 
 def _config(llm_url: str, port: int, **approval: Any) -> dict[str, Any]:
@@ -308,7 +309,7 @@ def test_a_channel_nobody_can_answer_in_is_denied_at_once(astack: Stack, llm) ->
     made = astack.cli("apikeys", "create", f"appr-{tag}", "--json")
     assert made.returncode == 0, made.stderr
     key = json.loads(made.stdout)["key"]
-    r = httpx.post(astack.http + "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=90,
+    r = HTTP.post(astack.http + "/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=90,
                    json={"model": "picobot", "messages": [{"role": "user", "content": f"wipe-{tag}"}]})
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == f"finished {tag}"

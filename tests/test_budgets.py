@@ -23,6 +23,7 @@ import sqlalchemy
 
 from tests.conftest import add_rule
 from tests.stack import Stack, base_config, wait_for
+from tests.http_client import HTTP
 
 OUTPUT_ESTIMATE = 20000
 BUDGETS = {"session": {"tokens": 40000}, "user": {"daily_tokens": 60000}, "job": {"daily_tokens": 30000},
@@ -56,7 +57,7 @@ def sql(stack: Stack, query: str, *params: Any) -> list[Any]:
 
 def sent(llm, text: str) -> int:  # type: ignore[no-untyped-def]
     """How many chat requests the fake received whose last user message holds `text`."""
-    reqs = httpx.get(llm.url + "/_fake/requests").json()["requests"]
+    reqs = HTTP.get(llm.url + "/_fake/requests").json()["requests"]
     n = 0
     for r in reqs:
         body = r.get("body") or {}
@@ -100,7 +101,7 @@ def test_the_call_that_would_cross_the_session_limit_is_never_sent_even_after_a_
     def refusals() -> float:  # /metrics: the worker's samples arrive with its next heartbeat
         from prometheus_client.parser import text_string_to_metric_families
 
-        text = httpx.get(bstack.http + "/metrics", timeout=10).text
+        text = HTTP.get(bstack.http + "/metrics", timeout=10).text
         return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
                    if s.name == "picobot_budget_refusals_total" and s.labels.get("channel") == "cli_chat")
 

@@ -27,6 +27,7 @@ from picobot.domain.messages import ChatMessage
 from picobot.errors import ConfigError
 from picobot.storage import usage
 from picobot.storage.db import Database
+from tests.http_client import HTTP
 
 
 @pytest.fixture
@@ -304,7 +305,7 @@ def test_a_compaction_summary_is_metered_and_a_budget_can_refuse_it(tmp_path, ll
     # then a limit the user's 550 tokens leave no room in (refused), or plenty of room
     rt = _runtime(tmp_path, llm, redis_url, monkeypatch, {"user": {"daily_tokens": 560 if refused else 100_000}})
     try:
-        httpx.delete(llm.url + "/_fake/rules")
+        HTTP.delete(llm.url + "/_fake/rules")
         add_rule(llm, "Conversation to summarise", {"content": f"summary {tag}",
                                                      "usage": {"input_tokens": 300, "output_tokens": 40}})
         before = _summary_requests(llm)

@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import add_rule
 from tests.stack import WsClient, all_at_once, wait_for
 from tests.two_hosts import HOSTS, OTHER, WORKER, TwoHosts
+from tests.http_client import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,7 @@ def _file(i: int, k: int) -> str:
 def flood(hosts: TwoHosts, fake_llm) -> Iterator[Flood]:  # type: ignore[no-untyped-def]
     """40 chats × 3 messages sent at once over both hosts. Turn k of chat i reads the file turn k-1
     wrote and writes its own (`flood-<i>-<k>.txt`, "secret <i>.<k>"; a host's chats share its workspace)."""
-    httpx.delete(fake_llm.url + "/_fake/rules")
+    HTTP.delete(fake_llm.url + "/_fake/rules")
     for i in range(CHATS):
         for k in range(ROUNDS):
             calls = [{"name": "write", "arguments": {"path": _file(i, k), "content": f"secret {i:02d}.{k}"}}]

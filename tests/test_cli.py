@@ -15,6 +15,7 @@ import pytest
 
 from picobot.cli.embedded_redis import free_port, redis_answers
 from tests.stack import wait_for
+from tests.http_client import HTTP
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
@@ -43,7 +44,7 @@ def test_up_with_embedded_redis_then_chat_gets_a_tool_answer(tmp_path: Path, llm
     try:
         def healthy() -> bool:
             try:
-                h = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
+                h = HTTP.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
                 return h["checks"]["workers"]["ok"] and h["checks"]["redis"]["ok"]
             except Exception:
                 return False
@@ -67,7 +68,7 @@ def test_up_with_embedded_redis_then_chat_gets_a_tool_answer(tmp_path: Path, llm
     assert not redis_answers(redis_url)  # the embedded Redis stopped with it
     time.sleep(0.5)
     with pytest.raises(httpx.HTTPError):
-        httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+        HTTP.get(f"http://127.0.0.1:{port}/health", timeout=1)
 
 
 def test_bad_config_stops_with_the_key_path(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from picobot.storage import messages
 from picobot.storage.models import SessionRow
 from tests.conftest import add_rule
 from tests.stack import Stack, base_config, wait_for
+from tests.http_client import HTTP
 
 SUMMARY_MATCH = "Conversation to summarise"
 
@@ -255,7 +256,7 @@ def _seed_dialog(rt: Runtime, llm, turns: int = 5) -> str:  # type: ignore[no-un
     sid = ""
     for i in range(turns):
         sid = _turn(rt, f"turn-{i} path /srv/app/{i}.txt")
-    httpx.delete(llm.url + "/_fake/rules")
+    HTTP.delete(llm.url + "/_fake/rules")
     return sid
 
 

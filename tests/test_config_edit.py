@@ -21,6 +21,7 @@ from picobot.config.edit import EDITABLE, JsonStyle, apply_changes, parse_change
 from picobot.security.redact import is_secret_key
 from scripts.fake_llm import FakeLLM
 from tests.stack import API_KEY, Stack, base_config
+from tests.http_client import HTTP
 
 TG_TOKEN = "123456789:AAE" + "tgsecretTGSECRET" * 2
 EXTRA = {"channels": {"tg": {"type": "telegram", "enabled": False, "token": "${PICOBOT_TG_TOKEN}",
@@ -50,7 +51,7 @@ def auth(stack: Stack, **headers: str) -> dict[str, str]:
 
 
 def editable(stack: Stack) -> dict[str, Any]:
-    r = httpx.get(stack.http + "/api/config/editable", headers=auth(stack), timeout=10)
+    r = HTTP.get(stack.http + "/api/config/editable", headers=auth(stack), timeout=10)
     assert r.status_code == 200, r.text
     assert r.headers["ETag"] == f'"{r.json()["version"]}"'
     return r.json()
@@ -61,9 +62,9 @@ def patch(stack: Stack, body: Any, version: str | None = None, raw: str | None =
         version = editable(stack)["version"]
     h = auth(stack, **({"If-Match": f'"{version}"'} if version else {}), **headers)
     if raw is not None:
-        return httpx.patch(stack.http + "/api/config", content=raw, headers=h | {"Content-Type": "application/json"},
+        return HTTP.patch(stack.http + "/api/config", content=raw, headers=h | {"Content-Type": "application/json"},
                            timeout=30)
-    return httpx.patch(stack.http + "/api/config", json=body, headers=h, timeout=30)
+    return HTTP.patch(stack.http + "/api/config", json=body, headers=h, timeout=30)
 
 
 def file_bytes(stack: Stack) -> bytes:
@@ -88,7 +89,7 @@ def test_editable_keys_carry_no_secret(cstack: Stack) -> None:
     assert not any(is_secret_key(part) for k in listed for part in k.split(".")[::2] if part not in ("tg",))
     assert listed["channels.tg.allow_from"]["value"] == ["1"] and listed["channels.tg.allow_from"]["in_file"]
     assert listed["tools.disabled"]["restart"] == ["worker"]
-    r = httpx.get(cstack.http + "/api/config", headers=auth(cstack), timeout=10)
+    r = HTTP.get(cstack.http + "/api/config", headers=auth(cstack), timeout=10)
     assert API_KEY not in r.text and "S3CRETKEY" not in r.text and "tgsecret" not in r.text  # the read-only view too
 
 
@@ -144,7 +145,7 @@ def test_a_valid_edit_is_saved_atomically_keeps_the_file_and_runs_after_a_restar
 
     cstack.kill("web")
     cstack.start_web()
-    running = httpx.get(cstack.http + "/api/config", headers=auth(cstack), timeout=10).json()["config"]
+    running = HTTP.get(cstack.http + "/api/config", headers=auth(cstack), timeout=10).json()["config"]
     assert running["gateway"]["rate_limits"]["messages_per_chat_per_minute"] == 7
     assert running["channels"]["tg"]["allow_from"] == ["1", "42"]
     listed = keys(editable(cstack))
@@ -194,7 +195,7 @@ def test_a_stale_version_is_a_409_and_a_missing_one_a_428(cstack: Stack) -> None
     assert r.json()["version"] == editable(cstack)["version"] and file_bytes(cstack) == before
     r = patch(cstack, {"skills.enabled": True}, "")
     assert r.status_code == 428 and file_bytes(cstack) == before
-    r = httpx.patch(cstack.http + "/api/config", json={"skills.enabled": True}, headers=auth(cstack, **{"If-Match": "*"}),
+    r = HTTP.patch(cstack.http + "/api/config", json={"skills.enabled": True}, headers=auth(cstack, **{"If-Match": "*"}),
                     timeout=10)
     assert r.status_code == 200 and json.loads(file_bytes(cstack))["skills"]["enabled"] is True
 
@@ -203,7 +204,7 @@ def test_a_cross_site_write_is_refused(cstack: Stack) -> None:
     before = file_bytes(cstack)
     r = patch(cstack, {"skills.enabled": False}, Origin="https://evil.example")
     assert r.status_code == 403 and file_bytes(cstack) == before
-    r = httpx.patch(cstack.http + "/api/config", json={"skills.enabled": False}, timeout=10)
+    r = HTTP.patch(cstack.http + "/api/config", json={"skills.enabled": False}, timeout=10)
     assert r.status_code == 401 and file_bytes(cstack) == before
 
 

@@ -21,6 +21,7 @@ from picobot.cli import processes
 from picobot.cli.embedded_redis import start_embedded
 from scripts.fake_llm import FakeLLM
 from tests.stack import ROOT, free_port, wait_for
+from tests.http_client import HTTP
 
 PROCFILE = ROOT / "Procfile"
 COMPOSE = ROOT / "docker-compose.yml"
@@ -216,7 +217,7 @@ def test_procfile_under_honcho_answers_a_chat_turn(deploy_env: dict[str, str], t
         def worker_alive() -> bool:
             assert honcho.poll() is None, f"honcho exited early:\n{log_path.read_text()[-4000:]}"
             try:
-                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
+                health = HTTP.get(f"http://127.0.0.1:{port}/health", timeout=2).json()
             except (httpx.HTTPError, ValueError):
                 return False
             return bool(health["checks"]["workers"].get("alive"))

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from scripts.fake_feishu import EventSender, FakeFeishu, encrypt
+from tests.http_client import HTTP
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 
@@ -33,11 +34,11 @@ class Api:
         self.token = self.fetch_token()
 
     def fetch_token(self) -> str:
-        r = httpx.post(self.fake.base_url + TOKEN_PATH, json={"app_id": self.fake.app_id, "app_secret": "s3cret"})
+        r = HTTP.post(self.fake.base_url + TOKEN_PATH, json={"app_id": self.fake.app_id, "app_secret": "s3cret"})
         return r.json()["tenant_access_token"]
 
     def call(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        return httpx.request(method, self.fake.base_url + "/open-apis" + path,
+        return HTTP.request(method, self.fake.base_url + "/open-apis" + path,
                              headers={"Authorization": f"Bearer {self.token}"}, **kw)
 
     def send(self, chat_id: str, text: str, uuid_: str | None = None, msg_type: str = "text",
@@ -115,9 +116,9 @@ def test_uuid_makes_send_idempotent(fake: FakeFeishu) -> None:
 
 
 def test_token_checks(fake: FakeFeishu) -> None:
-    bad = httpx.post(fake.base_url + TOKEN_PATH, json={"app_id": fake.app_id, "app_secret": "nope"}).json()
+    bad = HTTP.post(fake.base_url + TOKEN_PATH, json={"app_id": fake.app_id, "app_secret": "nope"}).json()
     assert bad["code"] != 0 and "tenant_access_token" not in bad
-    assert httpx.get(fake.base_url + "/open-apis/bot/v3/info").json()["code"] == 99991661
+    assert HTTP.get(fake.base_url + "/open-apis/bot/v3/info").json()["code"] == 99991661
     api = Api(fake)
     assert api.call("GET", "/bot/v3/info").json()["bot"]["open_id"] == fake.bot_open_id
     fake.expire_tokens()
@@ -146,7 +147,7 @@ def test_errors_feishu_returns(fake: FakeFeishu) -> None:
     assert api.send("oc_1", "x").json()["code"] == 0
     fake.down(True)
     assert api.send("oc_1", "x").status_code == 503
-    assert httpx.post(fake.base_url + TOKEN_PATH, json={}).status_code == 503
+    assert HTTP.post(fake.base_url + TOKEN_PATH, json={}).status_code == 503
     fake.down(False)
     assert api.send("oc_1", "x").json()["code"] == 0
 
@@ -216,7 +217,7 @@ def test_cardkit_streaming(fake: FakeFeishu) -> None:
 def test_add_route_comes_first(fake: FakeFeishu) -> None:
     fake.add_route("POST", "/callback/ws/endpoint",
                    lambda q, h, b: (200, {"X-Fake": "1"}, json.dumps({"code": 0, "got": json.loads(b)}).encode()))
-    r = httpx.post(fake.base_url + "/callback/ws/endpoint", json={"AppID": "a"})
+    r = HTTP.post(fake.base_url + "/callback/ws/endpoint", json={"AppID": "a"})
     assert r.json() == {"code": 0, "got": {"AppID": "a"}} and r.headers["x-fake"] == "1"
 
 

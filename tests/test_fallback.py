@@ -30,11 +30,12 @@ from picobot.tools import build_registry
 from picobot.tools.base import ToolContext
 from tests.conftest import add_rule
 from tests.stack import Stack, base_config
+from tests.http_client import HTTP
 
 
 def _requests(llm, text: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """The chat requests the fake received whose last user message contains `text`."""
-    found = httpx.get(llm.url + "/_fake/requests").json()["requests"]
+    found = HTTP.get(llm.url + "/_fake/requests").json()["requests"]
     out = []
     for r in found:
         body = r.get("body") or {}
@@ -281,7 +282,7 @@ def _model_calls_ok(stack: Stack, provider: str, model: str) -> float:
     from tests.stack import wait_for
 
     def scraped() -> list | None:
-        text = httpx.get(stack.http + "/metrics", timeout=10).text
+        text = HTTP.get(stack.http + "/metrics", timeout=10).text
         found = [(s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples
                  if s.name == "picobot_model_calls_total"]
         return found or None

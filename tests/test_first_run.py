@@ -19,6 +19,7 @@ import pytest
 from picobot.cli.embedded_redis import free_port
 from picobot.cli.first_run import no_model_lines, ollama_models
 from tests.stack import wait_for
+from tests.http_client import HTTP
 
 
 class _Ollama(BaseHTTPRequestHandler):
@@ -72,7 +73,7 @@ def test_up_demo_answers_with_a_tool_call_and_no_key(tmp_path: Path) -> None:
     try:
         def healthy() -> bool:
             try:
-                checks = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).json()["checks"]
+                checks = HTTP.get(f"http://127.0.0.1:{port}/health", timeout=2).json()["checks"]
                 return checks["provider"]["ok"] and len(checks["workers"].get("alive") or []) == 2
             except (httpx.HTTPError, ValueError, KeyError):
                 return False

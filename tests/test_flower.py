@@ -14,6 +14,7 @@ from picobot.cli.embedded_redis import free_port
 from picobot.config import Config
 from worker.celery_app import make_celery
 from tests.stack import Stack, wait_for
+from tests.http_client import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -26,16 +27,16 @@ def test_flower_lists_turn_tasks_by_name(stack: Stack, llm) -> None:  # type: ig
 
     def up() -> bool:
         try:
-            return httpx.get(f"http://127.0.0.1:{port}/api/workers", auth=auth, timeout=2).status_code == 200
+            return HTTP.get(f"http://127.0.0.1:{port}/api/workers", auth=auth, timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 
     wait_for(up, 30, "flower did not start")
-    wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/api/workers", auth=auth).json(), 30, "flower sees no worker")
+    wait_for(lambda: HTTP.get(f"http://127.0.0.1:{port}/api/workers", auth=auth).json(), 30, "flower sees no worker")
     client = stack.client()
 
     def seen() -> set[str]:
-        tasks = httpx.get(f"http://127.0.0.1:{port}/api/tasks", auth=auth, timeout=5).json()
+        tasks = HTTP.get(f"http://127.0.0.1:{port}/api/tasks", auth=auth, timeout=5).json()
         return {t["name"] for t in tasks.values() if t.get("name")}
 
     def turn_seen() -> bool:
@@ -48,7 +49,7 @@ def test_flower_lists_turn_tasks_by_name(stack: Stack, llm) -> None:  # type: ig
         wait_for(turn_seen, 30, "flower never saw picobot.turn")
     finally:
         client.close()
-    assert httpx.get(f"http://127.0.0.1:{port}/api/tasks", timeout=5).status_code == 401  # protected
+    assert HTTP.get(f"http://127.0.0.1:{port}/api/tasks", timeout=5).status_code == 401  # protected
 
 
 def _subscribe(r: redis.Redis) -> "redis.client.PubSub":

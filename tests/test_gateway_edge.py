@@ -28,6 +28,7 @@ from picobot.pairing import MAX_FAILURES, FailureLimiter, Pairing
 from picobot.storage.db import Database
 from picobot.storage.models import InboundRow, SessionRow
 from tests.stack import Stack, WsClient, issue_token, wait_for
+from tests.http_client import HTTP
 
 LIMITS = {"messages_per_chat_per_minute": 3, "messages_per_device_per_minute": 6,
           "new_dialogs_per_chat_per_hour": 2, "sockets_per_device": 3}
@@ -188,7 +189,7 @@ def test_rate_limit_and_proxy_settings_refuse_wrong_types(bad: Any) -> None:
 
 def _pair(stack: Stack, code: str, forwarded_for: str | None = None) -> httpx.Response:
     headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else {}
-    return httpx.post(stack.http + "/api/pair", json={"code": code, "cookie": False}, headers=headers, timeout=10)
+    return HTTP.post(stack.http + "/api/pair", json={"code": code, "cookie": False}, headers=headers, timeout=10)
 
 
 def test_a_spoofed_forwarded_for_does_not_dodge_the_pairing_limit(direct: Stack) -> None:
@@ -239,7 +240,7 @@ def _health(stack: Stack, forwarded_for: str | None = None, token: str | None = 
     headers = {"X-Forwarded-For": forwarded_for} if forwarded_for else {}
     if token:
         headers["Authorization"] = f"Bearer {token}"
-    return httpx.get(stack.http + "/health", headers=headers, timeout=10)
+    return HTTP.get(stack.http + "/health", headers=headers, timeout=10)
 
 
 @pytest.mark.parametrize("client", ["203.0.113.9", "127.0.0.1"])  # a forged loopback via the proxy too
@@ -257,7 +258,7 @@ def test_health_details_need_a_paired_device_or_this_machine(proxied: Stack, dir
     assert local.status_code == 200 and "checks" in local.json() and "connections" in local.json()
     # without trusted proxies a relayed request arrives from loopback, but is not local
     assert _health(direct, "203.0.113.9").json() == {"status": "degraded"}
-    page = httpx.get(proxied.http + "/api/health", headers={"Authorization": f"Bearer {proxied.token}",
+    page = HTTP.get(proxied.http + "/api/health", headers={"Authorization": f"Bearer {proxied.token}",
                                                             "X-Forwarded-For": "203.0.113.9"}, timeout=10)
     assert page.status_code == 200 and "workers" in page.json()["checks"]  # the Health page's source
 
@@ -286,7 +287,7 @@ def test_up_prints_no_redis_password(tmp_path: Path, llm) -> None:  # type: igno
     try:
         def worker_up() -> bool:
             try:
-                return httpx.get(f"http://127.0.0.1:{web_port}/health", timeout=2).json()["checks"]["workers"]["ok"]
+                return HTTP.get(f"http://127.0.0.1:{web_port}/health", timeout=2).json()["checks"]["workers"]["ok"]
             except Exception:
                 return False
         wait_for(worker_up, 60, "picobot up did not become healthy")

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from tests.stack import Stack, wait_for
+from tests.http_client import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -119,8 +120,8 @@ def test_put_cannot_rename_and_unknown_jobs_are_404(http: httpx.Client) -> None:
 
 
 def test_the_api_is_behind_pairing_and_refuses_cross_site_writes(stack: Stack, http: httpx.Client) -> None:
-    assert httpx.get(stack.http + "/api/jobs").status_code == 401
-    assert httpx.post(stack.http + "/api/jobs", json=job("anon.job")).status_code == 401
+    assert HTTP.get(stack.http + "/api/jobs").status_code == 401
+    assert HTTP.post(stack.http + "/api/jobs", json=job("anon.job")).status_code == 401
     r = http.post("/api/jobs", json=job("xsite.job"), headers={"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"})
     assert r.status_code == 403
     assert "anon.job" not in ids(http) and "xsite.job" not in ids(http)

@@ -22,6 +22,7 @@ from picobot.logstream.process import ProcessLabel, process_label
 from picobot.logstream.query import MAX_LIMIT, QueryError, decode, parse_query
 from scripts.fake_llm import FakeLLM
 from tests.stack import API_KEY, Stack, wait_for
+from tests.http_client import HTTP
 
 CARELESS_PLUGIN = '''
 import logging
@@ -51,7 +52,7 @@ def lstack(tmp_path_factory: pytest.TempPathFactory, fake_llm: FakeLLM) -> Itera
 
 
 def get_logs(stack: Stack, **params: Any) -> httpx.Response:
-    return httpx.get(stack.http + "/api/logs", params=params, headers={"Authorization": f"Bearer {stack.token}"},
+    return HTTP.get(stack.http + "/api/logs", params=params, headers={"Authorization": f"Bearer {stack.token}"},
                      timeout=10)
 
 
@@ -136,7 +137,7 @@ def test_bad_filters_get_a_400_naming_the_parameter(lstack: Stack, params: dict[
 
 
 def test_logs_need_a_paired_device(lstack: Stack) -> None:
-    assert httpx.get(lstack.http + "/api/logs", timeout=10).status_code == 401
+    assert HTTP.get(lstack.http + "/api/logs", timeout=10).status_code == 401
 
 
 # --- the parsers, with hostile input -----------------------------------------------------------

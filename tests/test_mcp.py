@@ -32,6 +32,7 @@ from picobot.tools.registry import ToolRegistry
 from scripts.mcp_demo import DOTTED_TOOL_NAME, LONG_TOOL_NAME
 from tests.conftest import add_rule
 from tests.stack import ROOT, Stack, base_config, wait_for
+from tests.http_client import HTTP
 
 DEMO = str(ROOT / "scripts" / "mcp_demo.py")
 SETTLE_SECS = 60  # several Python servers start at once on a small machine
@@ -401,7 +402,7 @@ def test_streamable_http_server(tmp_path: Path) -> None:
 
 def _listening(port: int) -> bool:
     try:
-        httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+        HTTP.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
         return True
     except httpx.HTTPError:
         return False
@@ -520,7 +521,7 @@ def test_mcp_command_and_api_show_each_server(mcp_stack: Stack) -> None:
     c = mcp_stack.client()
     reply = c.command("/mcp")
     assert "- demo (stdio): connected" in reply["text"] and "- broken (stdio)" in reply["text"]
-    api = httpx.get(mcp_stack.http + "/api/mcp", headers={"Authorization": f"Bearer {mcp_stack.token}"}).json()
+    api = HTTP.get(mcp_stack.http + "/api/mcp", headers={"Authorization": f"Bearer {mcp_stack.token}"}).json()
     servers = {s["key"]: s for s in api["servers"]}
     assert servers["demo"]["tools"] >= 6 and servers["broken"]["last_error"]
-    assert httpx.get(mcp_stack.http + "/api/mcp").status_code == 401
+    assert HTTP.get(mcp_stack.http + "/api/mcp").status_code == 401

@@ -35,6 +35,7 @@ from picobot.memory.tools import memory_tools
 from picobot.tools.registry import ToolRegistry
 from tests.conftest import add_rule
 from tests.stack import Stack, wait_for
+from tests.http_client import HTTP
 
 DAY = 86400.0
 
@@ -488,7 +489,7 @@ def test_memories_web_api(stack: Stack) -> None:
         db.dispose()
     http = httpx.Client(base_url=stack.http, headers={"Authorization": f"Bearer {stack.token}"}, timeout=10)
     try:
-        assert httpx.get(stack.http + "/api/memories", timeout=10).status_code == 401  # the pairing guard
+        assert HTTP.get(stack.http + "/api/memories", timeout=10).status_code == 401  # the pairing guard
         scopes = http.get("/api/memories/scopes").json()["scopes"]
         assert {"scope_key": "telegram:web-api", "count": 1} in scopes
         found = http.get("/api/memories", params={"scope_key": "telegram:web-api", "q": "teal"}).json()

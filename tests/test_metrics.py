@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import add_rule
 from tests.stack import Stack, wait_for
+from tests.http_client import HTTP
 
 PROBE = "metrics-probe please"
 
@@ -33,7 +34,7 @@ def mstack(tmp_path_factory: pytest.TempPathFactory, fake_llm) -> Iterator[Stack
 
 
 def scrape(stack: Stack, **headers: str) -> httpx.Response:
-    return httpx.get(stack.http + "/metrics", headers=headers, timeout=10)
+    return HTTP.get(stack.http + "/metrics", headers=headers, timeout=10)
 
 
 def samples(text: str) -> list[tuple[str, dict[str, str], float]]:

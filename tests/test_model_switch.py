@@ -21,6 +21,7 @@ from picobot.config.schema import Config
 from picobot.errors import ConfigError
 from tests.conftest import add_rule
 from tests.stack import Stack, WsClient, base_config
+from tests.http_client import HTTP
 
 # --- config ----------------------------------------------------------------------------
 
@@ -146,7 +147,7 @@ def test_hostile_profiles_never_crash_validation(profiles: dict[str, Any]) -> No
 def _models_asked(llm, text: str) -> list[str]:  # type: ignore[no-untyped-def]
     """The model ids of the chat requests whose last user message contains `text`."""
     out = []
-    for r in httpx.get(llm.url + "/_fake/requests").json()["requests"]:
+    for r in HTTP.get(llm.url + "/_fake/requests").json()["requests"]:
         users = [m for m in (r.get("body") or {}).get("messages", []) if m.get("role") == "user"]
         if users and text in json.dumps(users[-1].get("content")):
             out.append(r["body"]["model"])
@@ -155,7 +156,7 @@ def _models_asked(llm, text: str) -> list[str]:  # type: ignore[no-untyped-def]
 
 def _headers_asked(llm, text: str) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
     out = []
-    for r in httpx.get(llm.url + "/_fake/requests").json()["requests"]:
+    for r in HTTP.get(llm.url + "/_fake/requests").json()["requests"]:
         users = [m for m in (r.get("body") or {}).get("messages", []) if m.get("role") == "user"]
         if users and text in json.dumps(users[-1].get("content")):
             out.append({k.lower(): v for k, v in (r.get("headers") or {}).items()})

@@ -19,6 +19,7 @@ from picobot.demo.llm import FakeLLM
 from picobot.storage.db import Database
 from tests.conftest import add_rule
 from tests.stack import Stack, base_config, wait_for
+from tests.http_client import HTTP
 
 
 def api_config(llm_url: str, **openai_api: Any) -> dict[str, Any]:
@@ -104,7 +105,7 @@ def test_plain_completion_keeps_the_dialog_on_the_server(stack: Stack, key: str,
         ("user", "hello from the sdk"), ("assistant", "You said: hello from the sdk"),
         ("user", "second words"), ("assistant", "You said: second words")]
     # the model saw the whole dialog: the server kept it, the client sent only its new message
-    last = [r for r in httpx.get(llm.url + "/_fake/requests").json()["requests"] if r["path"].endswith("completions")]
+    last = [r for r in HTTP.get(llm.url + "/_fake/requests").json()["requests"] if r["path"].endswith("completions")]
     sent = json.dumps(last[-1]["body"]["messages"])
     assert "hello from the sdk" in sent and "second words" in sent
 
@@ -183,10 +184,10 @@ def test_bad_and_missing_keys_get_openai_shaped_401s(stack: Stack) -> None:
             client(stack, bad or "x").chat.completions.create(
                 model="picobot", messages=[{"role": "user", "content": "hi"}])
         assert exc.value.status_code == 401
-    r = httpx.post(stack.http + "/v1/chat/completions", json={"model": "picobot", "messages": []})
+    r = HTTP.post(stack.http + "/v1/chat/completions", json={"model": "picobot", "messages": []})
     assert r.status_code == 401 and set(r.json()["error"]) == {"message", "type", "param", "code"}
     assert r.json()["error"]["code"] == "invalid_api_key"
-    assert httpx.get(stack.http + "/v1/models").status_code == 401
+    assert HTTP.get(stack.http + "/v1/models").status_code == 401
 
 
 def test_a_revoked_key_stops_working(stack: Stack) -> None:
@@ -232,7 +233,7 @@ def test_apikeys_cli_creates_lists_and_revokes_storing_only_hashes(stack: Stack)
     issued = create_key(stack, "cli-key", "--agent", "helper")
     assert issued["key"].startswith("pbk_") and issued["agent"] == "helper" and issued["model"] == "helper"
     for path in ("/api/me", "/api/config"):  # a key opens /v1 only, never the paired-device routes
-        assert httpx.get(stack.http + path, headers={"Authorization": f"Bearer {issued['key']}"}).status_code == 401
+        assert HTTP.get(stack.http + path, headers={"Authorization": f"Bearer {issued['key']}"}).status_code == 401
     listed = stack.cli("apikeys", "list", "--json")
     assert listed.returncode == 0
     entry = next(k for k in json.loads(listed.stdout) if k["name"] == "cli-key")

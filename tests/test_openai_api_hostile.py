@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from picobot.demo.llm import FakeLLM
 from tests.stack import Stack, base_config
 from tests.test_openai_api import api_config, create_key
+from tests.http_client import HTTP
 
 LIMIT_CHARS = 2000
 LIMIT_BYTES = 64 * 1024
@@ -159,7 +160,7 @@ def test_another_credentials_dialog_is_out_of_reach(stack: Stack, http: httpx.Cl
     mine = post(http, ok("my secret plan"))
     session = mine.headers["x-picobot-session"]
     other = create_key(stack, "other-tenant")["key"]
-    r = httpx.post(stack.http + "/v1/chat/completions", json=ok("what did I say"), timeout=60,
+    r = HTTP.post(stack.http + "/v1/chat/completions", json=ok("what did I say"), timeout=60,
                    headers={"Authorization": f"Bearer {other}", "X-PicoBot-Session": session})
     assert r.status_code == 200
     assert "secret plan" not in r.text  # same session name, another key: another dialog
@@ -168,7 +169,7 @@ def test_another_credentials_dialog_is_out_of_reach(stack: Stack, http: httpx.Cl
 
 def test_allow_from_of_the_channel_holds(stack: Stack) -> None:
     outsider = create_key(stack, "outsider")["key"]
-    r = httpx.post(stack.http + "/v1/chat/completions", json=ok("let me in"), timeout=60,
+    r = HTTP.post(stack.http + "/v1/chat/completions", json=ok("let me in"), timeout=60,
                    headers={"Authorization": f"Bearer {outsider}"})
     error = assert_openai_error(r, 403)
     assert error["code"] == "forbidden" and "allow_from" in error["message"]
@@ -224,7 +225,7 @@ def test_disabled_api_answers_404_in_openai_shape(tmp_path: Path, fake_llm: Fake
         s.start_web()
         for method, path in (("POST", "/v1/chat/completions"), ("GET", "/v1/models")):
             for headers in ({}, {"Authorization": f"Bearer {s.token}"}):
-                r = httpx.request(method, s.http + path, json=ok(), headers=headers, timeout=30)
+                r = HTTP.request(method, s.http + path, json=ok(), headers=headers, timeout=30)
                 error = assert_openai_error(r, 404)
                 assert error["code"] == "not_enabled" and "gateway.openai_api.enabled" in error["message"]
     finally:
@@ -237,9 +238,9 @@ def test_with_pairing_off_no_token_is_needed_but_a_wrong_one_is_refused(tmp_path
     s = Stack(tmp_path, fake_llm.url, config=cfg)
     try:
         s.start_web()
-        open_list = httpx.get(s.http + "/v1/models", timeout=30)
+        open_list = HTTP.get(s.http + "/v1/models", timeout=30)
         assert open_list.status_code == 200 and {m["id"] for m in open_list.json()["data"]} == {"picobot", "helper"}
-        wrong = httpx.get(s.http + "/v1/models", headers={"Authorization": "Bearer pbk_wrong"}, timeout=30)
+        wrong = HTTP.get(s.http + "/v1/models", headers={"Authorization": "Bearer pbk_wrong"}, timeout=30)
         assert_openai_error(wrong, 401)
     finally:
         s.stop()

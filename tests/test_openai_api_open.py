@@ -17,6 +17,7 @@ from picobot.demo.llm import FakeLLM
 from tests.hook_sink import CallbackSink
 from tests.stack import Stack
 from tests.test_openai_api import api_config, create_key, dialog_messages, rows
+from tests.http_client import HTTP
 
 
 @pytest.fixture(autouse=True)
@@ -81,7 +82,7 @@ def test_keyless_sdk_completion_works_and_the_dialog_continues(stack: Stack, llm
         ("user", "open hello"), ("assistant", "You said: open hello"),
         ("user", "open second"), ("assistant", "You said: open second")]
     # the server kept the dialog: the model saw the first message though the client sent only the second
-    last = [r for r in httpx.get(llm.url + "/_fake/requests").json()["requests"] if r["path"].endswith("completions")]
+    last = [r for r in HTTP.get(llm.url + "/_fake/requests").json()["requests"] if r["path"].endswith("completions")]
     assert "open hello" in json.dumps(last[-1]["body"]["messages"])
     # the dialog belongs to the client's address, not to some device or key
     chats = rows(stack, "SELECT chat_id FROM sessions WHERE channel = 'openai_api' AND chat_id LIKE :c",

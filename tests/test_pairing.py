@@ -19,6 +19,7 @@ import websocket
 from picobot.pairing import CODE_TTL_SECS, TOUCH_EVERY_SECS, Pairing, cli_token_path, display_code
 from picobot.storage.db import Database
 from tests.stack import API_KEY, Stack
+from tests.http_client import HTTP
 
 
 def sha(text: str) -> str:
@@ -114,37 +115,37 @@ def bearer(stack: Stack) -> dict[str, str]:
 
 
 def test_unpaired_requests_get_401_and_never_the_app(stack: Stack) -> None:
-    page = httpx.get(stack.http + "/")
+    page = HTTP.get(stack.http + "/")
     assert page.status_code == 401 and "picobot pair" in page.text and "app.js" not in page.text
     assert "script-src 'self'" in page.headers["content-security-policy"]
     for path in ("/api/config", "/api/health", "/api/sessions?chat_id=x", "/api/pairing/devices", "/api/nope"):
-        r = httpx.get(stack.http + path)
+        r = HTTP.get(stack.http + path)
         assert r.status_code == 401 and r.json()["error"] == "not_paired", path
         assert "picobot pair" in r.json()["message"]
     with pytest.raises(websocket.WebSocketBadStatusException) as exc:
         websocket.create_connection(stack.ws_url + "?chat_id=x&channel=web", timeout=5)
     assert exc.value.status_code == 401
-    bad = httpx.get(stack.http + "/api/me", headers={"Authorization": "Bearer forged"})
+    bad = HTTP.get(stack.http + "/api/me", headers={"Authorization": "Bearer forged"})
     assert bad.status_code == 401
-    assert httpx.get(stack.http + "/health").status_code == 200  # monitoring stays open
+    assert HTTP.get(stack.http + "/health").status_code == 200  # monitoring stays open
 
 
 def test_the_pairing_page_loads_its_stylesheet_but_app_code_needs_pairing(stack: Stack) -> None:
-    page = httpx.get(stack.http + "/pair?code=<script>alert(1)</script>")
+    page = HTTP.get(stack.http + "/pair?code=<script>alert(1)</script>")
     assert page.status_code == 200 and "<script>alert" not in page.text
     css = re.search(r'href="(/assets/[0-9a-f]+/css/app\.css)"', page.text)[1]
-    assert httpx.get(stack.http + css).status_code == 200
+    assert HTTP.get(stack.http + css).status_code == 200
     js = css.replace("css/app.css", "js/app.js")
-    assert httpx.get(stack.http + js).status_code == 401
-    r = httpx.get(stack.http + js, headers=bearer(stack))
+    assert HTTP.get(stack.http + js).status_code == 401
+    r = HTTP.get(stack.http + js, headers=bearer(stack))
     assert r.status_code == 200 and "immutable" in r.headers["cache-control"]
     assert r.headers["content-type"].startswith(("text/javascript", "application/javascript"))
 
 
 def test_bearer_and_cookie_both_authenticate(stack: Stack) -> None:
-    r = httpx.get(stack.http + "/api/config", headers=bearer(stack))
+    r = HTTP.get(stack.http + "/api/config", headers=bearer(stack))
     assert r.status_code == 200 and API_KEY not in r.text and "********" in r.text
-    r = httpx.get(stack.http + "/api/me", cookies={"picobot_token": stack.token})
+    r = HTTP.get(stack.http + "/api/me", cookies={"picobot_token": stack.token})
     assert r.status_code == 200 and r.json()["paired"] is True
     ws = websocket.create_connection(stack.ws_url + "?chat_id=tok&channel=web", timeout=5, header=[
         f"Authorization: Bearer {stack.token}"])
@@ -154,15 +155,15 @@ def test_bearer_and_cookie_both_authenticate(stack: Stack) -> None:
 
 def test_pair_api_exchanges_a_code_once(stack: Stack) -> None:
     code = code_for(stack)
-    r = httpx.post(stack.http + "/api/pair", json={"code": code, "name": "script", "cookie": False})
+    r = HTTP.post(stack.http + "/api/pair", json={"code": code, "name": "script", "cookie": False})
     assert r.status_code == 200, r.text
     token = r.json()["token"]
     assert "set-cookie" not in r.headers
-    assert httpx.get(stack.http + "/api/me", headers={"Authorization": f"Bearer {token}"}).json()["device"]["name"] == "script"
-    again = httpx.post(stack.http + "/api/pair", json={"code": code})
+    assert HTTP.get(stack.http + "/api/me", headers={"Authorization": f"Bearer {token}"}).json()["device"]["name"] == "script"
+    again = HTTP.post(stack.http + "/api/pair", json={"code": code})
     assert again.status_code == 401 and again.json()["error"] == "bad_code"
     # the browser flavour sets an HttpOnly, SameSite=Strict cookie instead of returning the token
-    r = httpx.post(stack.http + "/api/pair", json={"code": code_for(stack)})
+    r = HTTP.post(stack.http + "/api/pair", json={"code": code_for(stack)})
     cookie = r.headers["set-cookie"]
     assert r.status_code == 200 and "token" not in r.json()
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
@@ -174,32 +175,32 @@ def test_failed_attempts_are_rate_limited(stack: Stack) -> None:
     r.delete("picobot:pairfail:127.0.0.1")
     try:
         for _ in range(5):
-            assert httpx.post(stack.http + "/api/pair", json={"code": "AAAA-AAAA"}).status_code == 401
-        blocked = httpx.post(stack.http + "/api/pair", json={"code": code_for(stack)})  # even a good code
+            assert HTTP.post(stack.http + "/api/pair", json={"code": "AAAA-AAAA"}).status_code == 401
+        blocked = HTTP.post(stack.http + "/api/pair", json={"code": code_for(stack)})  # even a good code
         assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) > 0
-        form = httpx.post(stack.http + "/pair", data={"code": "AAAAAAAA"})
+        form = HTTP.post(stack.http + "/pair", data={"code": "AAAAAAAA"})
         assert form.status_code == 429 and "Too many failed attempts" in form.text
     finally:
         r.delete("picobot:pairfail:127.0.0.1")
 
 
 def test_cross_site_writes_and_sockets_are_refused(stack: Stack) -> None:
-    victim = httpx.post(stack.http + "/api/pair", json={"code": code_for(stack), "cookie": False}).json()
+    victim = HTTP.post(stack.http + "/api/pair", json={"code": code_for(stack), "cookie": False}).json()
     url = f"{stack.http}/api/pairing/devices/{victim['device']['id']}"
     evil = {**bearer(stack), "Origin": "http://evil.example"}
-    assert httpx.delete(url, headers=evil).status_code == 403
-    assert httpx.delete(url, headers={**bearer(stack), "Sec-Fetch-Site": "cross-site"}).status_code == 403
-    assert httpx.delete(url, headers={"Origin": "http://evil.example"}).status_code == 403  # unpaired too
+    assert HTTP.delete(url, headers=evil).status_code == 403
+    assert HTTP.delete(url, headers={**bearer(stack), "Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert HTTP.delete(url, headers={"Origin": "http://evil.example"}).status_code == 403  # unpaired too
     jar = {"picobot_token": stack.token}
-    no_origin = httpx.delete(url, cookies=jar)  # a cookie alone never authorises a write
+    no_origin = HTTP.delete(url, cookies=jar)  # a cookie alone never authorises a write
     assert no_origin.status_code == 403 and no_origin.json()["error"] == "origin_required"
     with pytest.raises(websocket.WebSocketBadStatusException) as exc:
         websocket.create_connection(stack.ws_url + "?chat_id=x&channel=web", timeout=5,
                                     header=[f"Authorization: Bearer {stack.token}"], origin="http://evil.example")
     assert exc.value.status_code == 403
-    ok = httpx.delete(url, cookies=jar, headers={"Origin": stack.http, "Sec-Fetch-Site": "same-origin"})
+    ok = HTTP.delete(url, cookies=jar, headers={"Origin": stack.http, "Sec-Fetch-Site": "same-origin"})
     assert ok.status_code == 200 and ok.json()["revoked"] == victim["device"]["id"]
-    assert httpx.get(stack.http + "/api/me", headers={"Authorization": f"Bearer {victim['token']}"}).status_code == 401
+    assert HTTP.get(stack.http + "/api/me", headers={"Authorization": f"Bearer {victim['token']}"}).status_code == 401
 
 
 def test_cli_pair_prints_code_and_url_lists_and_revokes(stack: Stack) -> None:
@@ -208,13 +209,13 @@ def test_cli_pair_prints_code_and_url_lists_and_revokes(stack: Stack) -> None:
     code = re.search(r"Pairing code: ([A-Z0-9]{4}-[A-Z0-9]{4})", r.stdout)[1]
     url = re.search(r"(http://\S+/pair\?code=\S+)", r.stdout)[1]
     assert url.endswith(code.replace("-", "")) and url.startswith(stack.http)
-    token = httpx.post(stack.http + "/api/pair", json={"code": code, "name": "listed one", "cookie": False}).json()["token"]
+    token = HTTP.post(stack.http + "/api/pair", json={"code": code, "name": "listed one", "cookie": False}).json()["token"]
     listed = stack.cli("pair", "--list")
     line = next(line for line in listed.stdout.splitlines() if "listed one" in line)
     device_id = line.split()[0]
     assert stack.cli("pair", "--revoke", device_id).returncode == 0
     assert "listed one" not in stack.cli("pair", "--list").stdout
-    assert httpx.get(stack.http + "/api/me", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+    assert HTTP.get(stack.http + "/api/me", headers={"Authorization": f"Bearer {token}"}).status_code == 401
     assert stack.cli("pair", "--revoke", device_id).returncode == 1
 
 
@@ -250,13 +251,13 @@ def test_pairing_can_be_switched_off(tmp_path: Path, fake_llm: Any) -> None:
     open_stack = Stack(tmp_path, fake_llm.url, gateway={"pairing_required": False})
     try:
         open_stack.start_web()
-        assert httpx.get(open_stack.http + "/").status_code == 200
-        assert httpx.get(open_stack.http + "/api/config").status_code == 200
+        assert HTTP.get(open_stack.http + "/").status_code == 200
+        assert HTTP.get(open_stack.http + "/api/config").status_code == 200
         ws = websocket.create_connection(open_stack.ws_url + "?chat_id=open&channel=web", timeout=5)
         assert json.loads(ws.recv())["type"] == "ready"
         ws.close()
         # still no cross-site writes
-        assert httpx.delete(open_stack.http + "/api/pairing/devices/x",
+        assert HTTP.delete(open_stack.http + "/api/pairing/devices/x",
                             headers={"Origin": "http://evil.example"}).status_code == 403
     finally:
         open_stack.stop()
@@ -264,8 +265,8 @@ def test_pairing_can_be_switched_off(tmp_path: Path, fake_llm: Any) -> None:
 
 def test_revoking_a_device_hangs_up_its_open_socket(stack: Stack) -> None:
     code = code_for(stack)
-    token = httpx.post(stack.http + "/api/pair", json={"code": code, "name": "doomed", "cookie": False}).json()["token"]
-    me = httpx.get(stack.http + "/api/me", headers={"Authorization": f"Bearer {token}"}).json()["device"]
+    token = HTTP.post(stack.http + "/api/pair", json={"code": code, "name": "doomed", "cookie": False}).json()["token"]
+    me = HTTP.get(stack.http + "/api/me", headers={"Authorization": f"Bearer {token}"}).json()["device"]
     ws = websocket.create_connection(stack.ws_url + "?chat_id=revoked&channel=web", timeout=5,
                                      header=[f"Authorization: Bearer {token}"])
     assert json.loads(ws.recv())["type"] == "ready"

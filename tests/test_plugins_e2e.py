@@ -24,6 +24,7 @@ import pytest
 from scripts.fake_llm import FakeLLM
 from tests.conftest import add_rule
 from tests.stack import ROOT, Stack, WsClient, wait_for
+from tests.http_client import HTTP
 
 EXAMPLE = ROOT / "examples" / "plugins" / "picobot-example-plugin"
 BUILD_LEFTOVERS = ("build", "__pycache__")
@@ -165,8 +166,8 @@ def test_health_and_the_api_list_every_plugin_with_the_broken_one(pstack: Stack)
     assert check["ok"] is True and "broken_import" in check["detail"]  # reported, never a reason to pull the gateway
     assert plugins["bad_output"]["state"] == "active" and plugins["bad_check"]["state"] == "active"
     assert plugins["channels"]["source"] == "builtin"
-    assert httpx.get(pstack.http + "/api/plugins", timeout=10).status_code == 401
-    api = httpx.get(pstack.http + "/api/plugins", headers={"Authorization": f"Bearer {pstack.token}"}, timeout=10)
+    assert HTTP.get(pstack.http + "/api/plugins", timeout=10).status_code == 401
+    api = HTTP.get(pstack.http + "/api/plugins", headers={"Authorization": f"Bearer {pstack.token}"}, timeout=10)
     assert api.status_code == 200
     assert by_name(api.json()["plugins"])["broken_import"]["state"] == "failed"
     assert by_name(api.json()["plugins"])["example"]["version"] == "0.1.0"

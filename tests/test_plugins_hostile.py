@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.stack import Stack
+from tests.http_client import HTTP
 
 HOSTILE = '''
 import json, time
@@ -114,4 +115,4 @@ def test_a_before_toolcall_that_times_out_denies_the_call(hostile: Stack, llm: A
 def _requests(llm: Any) -> list[dict[str, Any]]:
     import httpx
 
-    return httpx.get(llm.url + "/_fake/requests", timeout=10).json()["requests"]
+    return HTTP.get(llm.url + "/_fake/requests", timeout=10).json()["requests"]

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from picobot.domain.text import REPLACEMENT, repair_content, repair_text, sendable_content
 from tests.stack import Stack
+from tests.http_client import HTTP
 
 LONE = "\ud800"
 
@@ -25,7 +26,7 @@ LONE = "\ud800"
 def _add_rule(llm, match: str, response: dict[str, Any]) -> None:  # type: ignore[no-untyped-def]
     # json.dumps escapes a lone surrogate as \ud800; httpx's json= would refuse to encode it
     body = json.dumps({"match": match, "responses": [response], "repeat": True})
-    httpx.post(llm.url + "/_fake/rules", content=body, headers={"content-type": "application/json"}).raise_for_status()
+    HTTP.post(llm.url + "/_fake/rules", content=body, headers={"content-type": "application/json"}).raise_for_status()
 
 
 def _user_texts_sent(llm, needle: str) -> list[str]:  # type: ignore[no-untyped-def]

@@ -32,6 +32,7 @@ from picobot.tools.base import ToolContext
 from picobot.tools.registry import ToolRegistry
 from tests.conftest import add_rule
 from tests.stack import Stack, base_config, wait_for
+from tests.http_client import HTTP
 
 # --- definitions and the catalog (no processes) ----------------------------------------
 
@@ -227,7 +228,7 @@ def _last_user(body: dict[str, Any]) -> int:
 
 def requests_matching(llm, text: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """The requests whose last user message holds `text`, oldest first."""
-    reqs = httpx.get(llm.url + "/_fake/requests").json()["requests"]
+    reqs = HTTP.get(llm.url + "/_fake/requests").json()["requests"]
     bodies = [r["body"] for r in reqs if r["path"].endswith("/chat/completions")]
     return [b for b in bodies if text in json.dumps(b["messages"][_last_user(b)]["content"])]
 
@@ -265,12 +266,12 @@ def test_foreground_general_run_streams_a_nested_block_and_is_recorded(sub_stack
 
 def test_api_lists_recent_runs_read_only(sub_stack: Stack) -> None:
     auth = {"Authorization": f"Bearer {sub_stack.token}"}
-    listed = httpx.get(sub_stack.http + "/api/subagents?limit=5", headers=auth).json()["runs"]
+    listed = HTTP.get(sub_stack.http + "/api/subagents?limit=5", headers=auth).json()["runs"]
     assert listed and listed[0]["subagent_type"] and "result" not in listed[0] and "prompt" not in listed[0]
     assert listed == sorted(listed, key=lambda r: -r["created_at"])
     for bad in ("0", "201", "x", "-1", "1e3"):
-        assert httpx.get(sub_stack.http + f"/api/subagents?limit={bad}", headers=auth).status_code == 400
-    assert httpx.get(sub_stack.http + "/api/subagents").status_code == 401
+        assert HTTP.get(sub_stack.http + f"/api/subagents?limit={bad}", headers=auth).status_code == 400
+    assert HTTP.get(sub_stack.http + "/api/subagents").status_code == 401
 
 
 def test_usage_of_runs_rolls_up_into_the_session(sub_stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]

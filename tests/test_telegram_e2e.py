@@ -22,6 +22,7 @@ from picobot.channels.telegram.split import MAX_UNITS
 from scripts.fake_telegram import FakeTelegram, parse_html, u16
 from tests.conftest import add_rule
 from tests.stack import Stack, wait_for
+from tests.http_client import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -217,7 +218,7 @@ def test_a_stranger_stores_nothing_and_gets_nothing(tg: Stack, fake: FakeTelegra
     assert sql(tg, "SELECT id FROM inbound WHERE platform_message_id LIKE :p", p=f"{STRANGER}_%") == []
     assert sql(tg, "SELECT id FROM sessions WHERE chat_id = :c", c=str(STRANGER)) == []
     assert fake.sent_to(STRANGER) == [] and stranger["update_id"] < fake.bot(TOKEN_A).next_update_id
-    asked = httpx.get(llm.url + "/_fake/requests").json()["requests"]
+    asked = HTTP.get(llm.url + "/_fake/requests").json()["requests"]
     assert not any("secret-stranger-words" in json.dumps(r["body"]) for r in asked)
 
 
@@ -281,9 +282,9 @@ def test_the_webhook_channel_answers_once_across_a_web_restart(tg: Stack, fake: 
     wait_for(lambda: sum(1 for x in fake.calls if x["method"] == "webhook" and x["status"] == 200) >= 7, 60,
              "the redeliveries did not get through")
     assert len(settled(tg, fake, c, channel="tghook", token=TOKEN_B)) == 1
-    r = httpx.post(f"{tg.http}/telegram/tghook", json=update["message"], headers={
+    r = HTTP.post(f"{tg.http}/telegram/tghook", json=update["message"], headers={
         "X-Telegram-Bot-Api-Secret-Token": "wrong"})
     assert r.status_code == 401 and r.json()["ok"] is False
-    r = httpx.get(f"{tg.http}/telegram/tghook")
+    r = HTTP.get(f"{tg.http}/telegram/tghook")
     assert r.status_code == 405 and r.headers["content-type"].startswith("application/json")
     assert TOKEN_A not in tg.all_logs() and TOKEN_B not in tg.all_logs() and SECRET not in tg.all_logs()

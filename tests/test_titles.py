@@ -26,6 +26,7 @@ from picobot.titles.prompt import INSTRUCTION, REQUEST_HEAD, sanitise
 from tests.conftest import add_rule
 from tests.stack import API_KEY, Stack, WsClient, base_config, wait_for
 from tests.test_config import load_error
+from tests.http_client import HTTP
 
 TITLE_MARK = INSTRUCTION.split(".")[0]  # "You name conversations"
 
@@ -48,7 +49,7 @@ def titles_stack(tmp_path_factory: pytest.TempPathFactory, fake_llm) -> Iterator
 
 def _title_requests(llm, token: str) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
     """The title calls the fake received for the dialog whose first message holds `token`."""
-    found = httpx.get(llm.url + "/_fake/requests").json()["requests"]
+    found = HTTP.get(llm.url + "/_fake/requests").json()["requests"]
     out = []
     for r in found:
         messages = (r.get("body") or {}).get("messages", [])
@@ -112,7 +113,7 @@ def _title_calls_in_metrics(stack: Stack, outcome: str) -> float:
     """`picobot_model_calls_total` of the light model (only title calls use it here), once a sample arrived."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(stack.http + "/metrics", timeout=10).text
+    text = HTTP.get(stack.http + "/metrics", timeout=10).text
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
                if s.name == "picobot_model_calls_total" and s.labels.get("model") == "light-model"
                and s.labels.get("provider") == "default" and s.labels.get("outcome") == outcome)
@@ -171,7 +172,7 @@ def test_a_failing_title_call_leaves_the_preview_and_is_not_retried(titles_stack
     _outcome(titles_stack, client.session_id, "skipped")
     client.ask(f"{token} second question")
     assert len(_title_requests(llm, token)) == 1
-    sessions = httpx.get(f"{titles_stack.http}/api/sessions", params={"chat_id": client.chat_id, "channel": "cli_chat"},
+    sessions = HTTP.get(f"{titles_stack.http}/api/sessions", params={"chat_id": client.chat_id, "channel": "cli_chat"},
                          headers={"Authorization": f"Bearer {titles_stack.token}"}, timeout=10).json()["sessions"]
     assert [(s["title"], s["preview"]) for s in sessions] == [("", f"{token} first question")]
     listed = client.command("/sessions")  # every channel's list names it by its first message
@@ -185,7 +186,7 @@ def test_hostile_model_output_is_sanitised(titles_stack: Stack, llm) -> None:  #
     token = uuid.uuid4().hex[:8]
     hostile = '## **"Ti\ud800tle\x1b[31m\u202e 标题"**\nsecond line\n' + "x" * 100_000
     # json.dumps escapes the lone surrogate (\\ud800): the fake streams it back as the SDK parses it
-    httpx.post(llm.url + "/_fake/rules", content=json.dumps({"match": f"User: {token}", "responses": [
+    HTTP.post(llm.url + "/_fake/rules", content=json.dumps({"match": f"User: {token}", "responses": [
         {"content": hostile}]}), headers={"Content-Type": "application/json"}).raise_for_status()
     client = _client(titles_stack)
     client.ask(f"{token} hello")

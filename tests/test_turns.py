@@ -11,6 +11,7 @@ import sqlalchemy
 
 from tests.conftest import add_rule
 from tests.stack import API_KEY, Stack
+from tests.http_client import HTTP
 
 
 def test_tool_using_turn_streams_and_persists(stack: Stack, llm) -> None:  # type: ignore[no-untyped-def]
@@ -100,12 +101,12 @@ def _secret_in_files(root: Path, secret: str) -> list[Path]:
 
 
 def test_health_reports_every_dependency(stack: Stack) -> None:
-    h = httpx.get(stack.http + "/health").json()
+    h = HTTP.get(stack.http + "/health").json()
     for name in ("database", "redis", "workers", "beat", "provider"):
         assert name in h["checks"]
     assert h["checks"]["database"]["ok"] and h["checks"]["redis"]["ok"] and h["checks"]["workers"]["ok"]
     deadline = time.monotonic() + 20
-    while not httpx.get(stack.http + "/health").json()["checks"]["beat"]["ok"]:
+    while not HTTP.get(stack.http + "/health").json()["checks"]["beat"]["ok"]:
         assert time.monotonic() < deadline, "beat never became healthy"
         time.sleep(0.5)
 

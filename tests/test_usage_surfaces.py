@@ -21,6 +21,7 @@ from sqlalchemy import insert
 from picobot.storage.db import Database
 from picobot.storage.models import UsageRow
 from tests.stack import Stack
+from tests.http_client import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -174,7 +175,7 @@ def test_api_usage_groups_and_gives_the_daily_series(stack: Stack, db: Database,
         r = http.get("/api/usage", params=params)
         assert r.status_code == 400, (params, r.text)
         assert r.json()["error"] == "bad_request" and words in r.json()["message"], (params, r.text)
-    assert httpx.get(stack.http + "/api/usage", timeout=10).status_code == 401  # unpaired: nothing
+    assert HTTP.get(stack.http + "/api/usage", timeout=10).status_code == 401  # unpaired: nothing
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -38,6 +38,7 @@ from scripts.fake_telegram import FakeTelegram
 from tests.conftest import add_rule
 from tests.stack import base_config
 from tests.telegram_fake import RecordingQueue
+from tests.http_client import HTTP
 
 KEY = "sk-voice-secret-0123456789abcdef"
 CHAT = 4242
@@ -496,10 +497,10 @@ def test_the_fake_transcribes_in_each_openai_shape(llm: Any) -> None:
     for fmt, check in [("json", lambda r: r.json() == {"text": "in every shape"}),
                        ("text", lambda r: r.text == "in every shape" and r.headers["content-type"].startswith("text/")),
                        ("verbose_json", lambda r: r.json()["text"] == "in every shape" and "segments" in r.json())]:
-        r = httpx.post(f"{llm.openai_url}/audio/transcriptions", data={"model": "whisper-1", "response_format": fmt},
+        r = HTTP.post(f"{llm.openai_url}/audio/transcriptions", data={"model": "whisper-1", "response_format": fmt},
                        files=files)
         assert r.status_code == 200 and check(r), (fmt, r.text)
-    assert httpx.post(f"{llm.openai_url}/audio/transcriptions", data={"model": "m"}).status_code == 400
+    assert HTTP.post(f"{llm.openai_url}/audio/transcriptions", data={"model": "m"}).status_code == 400
 
 
 def test_health_says_what_voice_has(made: list, tmp_path: Path, llm: Any, redis_url: str,

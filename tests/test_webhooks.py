@@ -19,6 +19,7 @@ from tests.hook_sink import (
     SECRET, TELEGRAM_CHAT, TELEGRAM_TOKEN, CallbackSink, count_runs, hooks_config, model_calls_with, post,
 )
 from tests.stack import Stack, wait_for
+from tests.http_client import HTTP
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def hstack(tmp_path_factory: pytest.TempPathFactory, fake_llm: FakeLLM, sink: Ca
 
 
 def run_of(stack: Stack, run_id: str) -> dict:
-    r = httpx.get(f"{stack.http}/hooks/runs/{run_id}", headers={"Authorization": f"Bearer {stack.token}"}, timeout=10)
+    r = HTTP.get(f"{stack.http}/hooks/runs/{run_id}", headers={"Authorization": f"Bearer {stack.token}"}, timeout=10)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -165,17 +166,17 @@ def test_callback_to_a_private_address_is_refused_by_the_network_guard(hstack: S
 
 def test_run_status_needs_a_paired_device(hstack: Stack, llm: FakeLLM) -> None:
     r = post(hstack.http, "orders", order("auth" + uuid.uuid4().hex[:6]))
-    resp = httpx.get(f"{hstack.http}/hooks/runs/{r.json()['run_id']}", timeout=10)
+    resp = HTTP.get(f"{hstack.http}/hooks/runs/{r.json()['run_id']}", timeout=10)
     assert resp.status_code == 401
     assert resp.json()["error"] == "not_paired"
-    assert httpx.get(f"{hstack.http}/api/hooks", timeout=10).status_code == 401
+    assert HTTP.get(f"{hstack.http}/api/hooks", timeout=10).status_code == 401
 
 
 def test_runs_appear_in_the_jobs_page_history(hstack: Stack, llm: FakeLLM) -> None:
     r = post(hstack.http, "orders", order("jobs" + uuid.uuid4().hex[:6]))
     run_id = r.json()["run_id"]
     wait_status(hstack, run_id, "completed")
-    data = httpx.get(f"{hstack.http}/api/hooks", headers={"Authorization": f"Bearer {hstack.token}"}, timeout=10).json()
+    data = HTTP.get(f"{hstack.http}/api/hooks", headers={"Authorization": f"Bearer {hstack.token}"}, timeout=10).json()
     assert {h["name"] for h in data["hooks"]} == {"orders", "chat", "flaky", "private", "small", "alerts"}
     listed = [x for x in data["runs"] if x["run_id"] == run_id]
     assert listed and listed[0]["status"] == "completed" and listed[0]["hook"] == "orders"
@@ -184,7 +185,7 @@ def test_runs_appear_in_the_jobs_page_history(hstack: Stack, llm: FakeLLM) -> No
 def test_secret_never_in_answers_logs_or_database(hstack: Stack, llm: FakeLLM) -> None:
     post(hstack.http, "orders", order("sec" + uuid.uuid4().hex[:6]))
     post(hstack.http, "orders", b"{not json")
-    data = httpx.get(f"{hstack.http}/api/hooks", headers={"Authorization": f"Bearer {hstack.token}"}, timeout=10)
+    data = HTTP.get(f"{hstack.http}/api/hooks", headers={"Authorization": f"Bearer {hstack.token}"}, timeout=10)
     assert SECRET not in data.text
     assert SECRET not in hstack.all_logs()
     engine = create_engine(hstack.database_url)

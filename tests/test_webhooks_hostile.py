@@ -18,6 +18,7 @@ from picobot.webhooks.template import TemplateError, compile_template
 from scripts.fake_llm import FakeLLM
 from tests.hook_sink import SECRET, CallbackSink, count_runs, hooks_config, model_calls_with, post, signed
 from tests.stack import Stack
+from tests.http_client import HTTP
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -55,16 +56,16 @@ def test_bad_signature_stale_timestamp_and_missing_headers(hstack: Stack, llm: F
     marker = "sig" + uuid.uuid4().hex[:8]
     body, before = body_with(marker), count_runs(hstack.database_url)
     url = f"{hstack.http}/hooks/orders"
-    wrong = httpx.post(url, content=body, headers=signed(body, secret="another-secret-of-16+"))
+    wrong = HTTP.post(url, content=body, headers=signed(body, secret="another-secret-of-16+"))
     refused(hstack, llm, wrong, 401, "bad_signature", marker, before)
-    tampered = httpx.post(url, content=body + b" ", headers=signed(body))
+    tampered = HTTP.post(url, content=body + b" ", headers=signed(body))
     refused(hstack, llm, tampered, 401, "bad_signature", marker, before)
-    stale = httpx.post(url, content=body, headers=signed(body, ts=int(time.time()) - 301))
+    stale = HTTP.post(url, content=body, headers=signed(body, ts=int(time.time()) - 301))
     refused(hstack, llm, stale, 401, "bad_signature", marker, before)
     assert "300 s" in stale.json()["message"]
-    future = httpx.post(url, content=body, headers=signed(body, ts=int(time.time()) + 400))
+    future = HTTP.post(url, content=body, headers=signed(body, ts=int(time.time()) + 400))
     refused(hstack, llm, future, 401, "bad_signature", marker, before)
-    bare = httpx.post(url, content=body)
+    bare = HTTP.post(url, content=body)
     refused(hstack, llm, bare, 401, "bad_signature", marker, before)
     assert SECRET not in wrong.text + stale.text + bare.text
 
@@ -73,10 +74,10 @@ def test_a_replayed_signed_request_is_refused(hstack: Stack, llm: FakeLLM) -> No
     marker = "replay" + uuid.uuid4().hex[:8]
     body = body_with(marker)
     headers = signed(body)
-    first = httpx.post(f"{hstack.http}/hooks/orders", content=body, headers=headers)
+    first = HTTP.post(f"{hstack.http}/hooks/orders", content=body, headers=headers)
     assert first.status_code == 202
     before = count_runs(hstack.database_url)
-    again = httpx.post(f"{hstack.http}/hooks/orders", content=body, headers=headers)
+    again = HTTP.post(f"{hstack.http}/hooks/orders", content=body, headers=headers)
     assert again.status_code == 409 and again.json()["error"] == "replayed"
     assert count_runs(hstack.database_url) == before
 
@@ -86,14 +87,14 @@ def test_unknown_hook_and_wrong_method(hstack: Stack, llm: FakeLLM) -> None:
     before = count_runs(hstack.database_url)
     body = body_with(marker)
     # not a configured hook: the pairing guard answers for it (JSON), a paired caller gets a 404
-    r = httpx.post(f"{hstack.http}/hooks/nope", content=body, headers=signed(body))
+    r = HTTP.post(f"{hstack.http}/hooks/nope", content=body, headers=signed(body))
     refused(hstack, llm, r, 401, "not_paired", marker, before)
-    r = httpx.post(f"{hstack.http}/hooks/nope", content=body,
+    r = HTTP.post(f"{hstack.http}/hooks/nope", content=body,
                    headers={**signed(body), "Authorization": f"Bearer {hstack.token}"})
     refused(hstack, llm, r, 404, "unknown_hook", marker, before)
-    r = httpx.get(f"{hstack.http}/hooks/orders")
+    r = HTTP.get(f"{hstack.http}/hooks/orders")
     refused(hstack, llm, r, 405, "method_not_allowed", marker, before)
-    r = httpx.get(f"{hstack.http}/hooks/runs/{'x' * 500}", headers={"Authorization": f"Bearer {hstack.token}"})
+    r = HTTP.get(f"{hstack.http}/hooks/runs/{'x' * 500}", headers={"Authorization": f"Bearer {hstack.token}"})
     assert r.status_code == 404 and r.json()["error"] == "not_found"
 
 
@@ -101,13 +102,13 @@ def test_oversize_body(hstack: Stack, llm: FakeLLM) -> None:
     marker = "big" + uuid.uuid4().hex[:8]
     before = count_runs(hstack.database_url)
     body = json.dumps({"order": {"id": marker}, "note": "x" * 600}).encode()
-    r = httpx.post(f"{hstack.http}/hooks/small", content=body, headers=signed(body))
+    r = HTTP.post(f"{hstack.http}/hooks/small", content=body, headers=signed(body))
     refused(hstack, llm, r, 413, "too_large", marker, before)
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: the cap holds on the bytes read
         yield body
 
-    r = httpx.post(f"{hstack.http}/hooks/small", content=chunks(), headers=signed(body))
+    r = HTTP.post(f"{hstack.http}/hooks/small", content=chunks(), headers=signed(body))
     refused(hstack, llm, r, 413, "too_large", marker, before)
 
 
@@ -127,7 +128,7 @@ def test_malformed_bodies(hstack: Stack, llm: FakeLLM, raw: bytes, why: str) -> 
     marker = "bad" + uuid.uuid4().hex[:8]
     body = raw.replace(b"MARK", marker.encode())
     before = count_runs(hstack.database_url)
-    r = httpx.post(f"{hstack.http}/hooks/orders", content=body, headers=signed(body), timeout=30)
+    r = HTTP.post(f"{hstack.http}/hooks/orders", content=body, headers=signed(body), timeout=30)
     refused(hstack, llm, r, 400, "bad_body", marker, before)
     assert why in r.json()["message"]
 
@@ -156,10 +157,10 @@ def test_fuzzed_calls_never_break_the_endpoint(hstack: Stack, body: bytes, ts: s
             headers["X-PicoBot-Timestamp"] = ts.strip().encode("latin-1")
         if sig is not None:
             headers["X-PicoBot-Signature"] = sig.strip().encode("latin-1")
-    r = httpx.post(f"{hstack.http}/hooks/orders", content=body, headers=headers, timeout=30)
+    r = HTTP.post(f"{hstack.http}/hooks/orders", content=body, headers=headers, timeout=30)
     assert r.status_code in (202, 400, 401, 409, 413), r.text
     assert r.headers["Content-Type"].startswith("application/json")
-    assert httpx.get(f"{hstack.http}/health", timeout=10).status_code == 200  # the process still answers
+    assert HTTP.get(f"{hstack.http}/health", timeout=10).status_code == 200  # the process still answers
 
 
 @FUZZ
@@ -170,7 +171,7 @@ def test_fuzzed_signed_objects_are_accepted_or_refused_cleanly(hstack: Stack, pa
     # a nonce: hypothesis repeats examples, and the same signed body twice in one second is a replay (409)
     body = json.dumps({"order": {"id": "fz"}, "items": [payload], "note": payload,
                        "nonce": uuid.uuid4().hex}).encode("utf-8", "surrogatepass")
-    r = httpx.post(f"{hstack.http}/hooks/orders", content=body, headers=signed(body), timeout=30)
+    r = HTTP.post(f"{hstack.http}/hooks/orders", content=body, headers=signed(body), timeout=30)
     assert r.status_code in (202, 400, 413), r.text
     assert r.status_code == 202 or r.json()["error"] in ("bad_body", "prompt_too_large")
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from scripts.fake_wechat import FakeWeChat
 from tests.channel_sink import Sink, sink_channel
 from tests.stack import ROOT, Stack, wait_for
+from tests.http_client import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -195,7 +196,7 @@ def test_held_message_released_when_the_user_writes(logged_in: Stack, fake: Fake
 def httpx_deliveries(stack: Stack) -> list[dict[str, Any]]:
     import httpx
 
-    r = httpx.get(stack.http + "/api/deliveries", headers={"Authorization": f"Bearer {stack.token}"}, timeout=10)
+    r = HTTP.get(stack.http + "/api/deliveries", headers={"Authorization": f"Bearer {stack.token}"}, timeout=10)
     assert r.status_code == 200, r.text
     body = r.json()
     return body.get("latest") or body.get("rows") or body.get("deliveries") or []

@@ -12,6 +12,7 @@ import pytest
 from tests.browser.test_web_ui import open_chat, send, wait_idle
 from tests.conftest import add_rule
 from tests.stack import Stack, base_config
+from tests.http_client import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +46,6 @@ def test_a_refused_turn_shows_which_limit_and_the_page_settles(stack: Stack, llm
     notice.wait_for()
     text = notice.text_content() or ""
     assert "budgets.session.tokens" in text and "30,000 of 40,000" in text and "/new" in text, text
-    sent = httpx.get(llm.url + "/_fake/requests").json()["requests"]
+    sent = HTTP.get(llm.url + "/_fake/requests").json()["requests"]
     assert not any(f"bcross-{tag}" in json.dumps(r.get("body")) for r in sent)
     assert not page_errors.errors, page_errors.errors

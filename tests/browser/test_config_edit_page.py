@@ -13,6 +13,7 @@ import pytest
 from scripts.fake_llm import FakeLLM
 from tests.browser.conftest import screenshot
 from tests.stack import API_KEY, Stack
+from tests.http_client import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -64,9 +65,9 @@ def test_config_editor_saves_refuses_and_detects_a_stale_page(stack: Stack, new_
     assert json.loads((stack.home / "config.json").read_text()).get("memory") is None  # nothing written
 
     field(page, "memory.recall_limit").fill("3")
-    version = httpx.get(stack.http + "/api/config/editable", headers={"Authorization": f"Bearer {stack.token}"},
+    version = HTTP.get(stack.http + "/api/config/editable", headers={"Authorization": f"Bearer {stack.token}"},
                         timeout=10).json()["version"]
-    r = httpx.patch(stack.http + "/api/config", json={"skills.enabled": False}, timeout=10,
+    r = HTTP.patch(stack.http + "/api/config", json={"skills.enabled": False}, timeout=10,
                     headers={"Authorization": f"Bearer {stack.token}", "If-Match": f'"{version}"'})
     assert r.status_code == 200  # someone else saved meanwhile
     page.click("#cfg-save")

@@ -16,6 +16,7 @@ from tests.browser.test_web_ui import open_chat, send, wait_idle
 from tests.conftest import add_rule
 from tests.stack import Stack
 from tests.test_model_switch import switch_config
+from tests.http_client import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_llm: Any) -> Iterator[S
 
 
 def _asked(llm: Any, text: str) -> list[str]:
-    found = httpx.get(llm.url + "/_fake/requests").json()["requests"]
+    found = HTTP.get(llm.url + "/_fake/requests").json()["requests"]
     return [r["body"]["model"] for r in found
             if text in json.dumps([m for m in r["body"].get("messages", []) if m.get("role") == "user"][-1:])]
 

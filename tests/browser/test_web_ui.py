@@ -16,6 +16,7 @@ import pytest
 from tests.browser.conftest import LAPTOP, PHONE, pair_through_page, pairing_url, screenshot
 from tests.conftest import add_rule
 from tests.stack import API_KEY, Stack
+from tests.http_client import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -208,7 +209,7 @@ def test_image_attachment_is_sent_as_a_content_block(stack: Stack, llm: Any, new
     wait_idle(page)
     img = page.locator(".messages .msg.user img.attachment")
     assert img.count() == 1 and img.get_attribute("src").startswith("data:image/png;base64,")
-    sent = httpx.get(llm.url + "/_fake/requests").json()["requests"]
+    sent = HTTP.get(llm.url + "/_fake/requests").json()["requests"]
     last = [r for r in sent if "what is in this picture" in str(r)][-1]
     assert "image_url" in str(last)
 
@@ -303,7 +304,7 @@ def test_hostile_markdown_and_tool_output_cannot_run_script(stack: Stack, llm: A
     screenshot(page, "chat-hostile-laptop")
 
     # the pages as served carry no inline script or style at all
-    html = httpx.get(stack.http + "/", headers={"Authorization": f"Bearer {stack.token}"}).text
+    html = HTTP.get(stack.http + "/", headers={"Authorization": f"Bearer {stack.token}"}).text
     assert "<script>" not in html and "style=" not in html and "<style" not in html
     assert re.findall(r"<script[^>]*>", html) == [m for m in re.findall(r"<script[^>]*>", html) if "src=" in m]
 
@@ -339,7 +340,7 @@ def test_revoked_browser_is_sent_back_to_pairing(stack: Stack, browser: Any) -> 
     page = ctx.new_page()
     pair_through_page(page, stack, "to be revoked")
     page.wait_for_selector(".app[data-conn=open]")
-    devices = httpx.get(stack.http + "/api/pairing/devices", headers={"Authorization": f"Bearer {stack.token}"}).json()
+    devices = HTTP.get(stack.http + "/api/pairing/devices", headers={"Authorization": f"Bearer {stack.token}"}).json()
     victim = next(d for d in devices["devices"] if d["name"] == "to be revoked")
     assert stack.cli("pair", "--revoke", victim["id"]).returncode == 0
     page.click(".nav-link[data-page=health]")  # any API call now gets 401 -> the pairing page

@@ -14,6 +14,7 @@ from scripts.fake_llm import FakeLLM
 from tests.browser.conftest import screenshot
 from tests.hook_sink import SECRET, post
 from tests.stack import Stack, base_config, wait_for
+from tests.http_client import HTTP
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +39,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_llm: FakeLLM) -> Iterat
 
 
 def completed_run(stack: Stack, run_id: str) -> dict[str, Any] | None:
-    r = httpx.get(f"{stack.http}/hooks/runs/{run_id}", headers={"Authorization": f"Bearer {stack.token}"}, timeout=10)
+    r = HTTP.get(f"{stack.http}/hooks/runs/{run_id}", headers={"Authorization": f"Bearer {stack.token}"}, timeout=10)
     assert r.status_code == 200, r.text
     run = r.json()
     assert run["status"] != "failed", run
