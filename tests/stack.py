@@ -289,11 +289,13 @@ class WsClient:
         self.send({"type": "command", "command": text, "id": frame_id})
         return self.recv_until(lambda f: f.get("id") == frame_id)
 
-    def wait_completed(self, seq: int, timeout: float = 60) -> dict[str, Any]:
+    def wait_completed(self, seq: int, timeout: float = 60, session_id: str | None = None) -> dict[str, Any]:
         """The turn_completed frame that answers `seq`, even if it arrived while waiting for another
-        frame (a /stop's turn_completed can overtake the command's own reply)."""
+        frame (a /stop's turn_completed can overtake the command's own reply). Seqs count per dialog:
+        after /new, `session_id` tells this dialog's seq 1 from the last one's."""
         def answers(f: dict[str, Any]) -> bool:
-            return f["type"] == "turn_completed" and seq in f.get("inbound_seqs", [])
+            return (f["type"] == "turn_completed" and seq in f.get("inbound_seqs", [])
+                    and (session_id is None or f.get("session_id") == session_id))
 
         for frame in self.frames:
             if answers(frame):
@@ -303,7 +305,7 @@ class WsClient:
     def ask(self, text: str, timeout: float = 60) -> dict[str, Any]:
         acc = self.say(text)
         assert acc["type"] == "accepted", acc
-        return self.wait_completed(acc["seq"], timeout)
+        return self.wait_completed(acc["seq"], timeout, acc.get("session_id"))
 
     def close(self) -> None:
         self.ws.close()

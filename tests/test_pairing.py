@@ -145,7 +145,7 @@ def test_the_pairing_page_loads_its_stylesheet_but_app_code_needs_pairing(stack:
 def test_bearer_and_cookie_both_authenticate(stack: Stack) -> None:
     r = HTTP.get(stack.http + "/api/config", headers=bearer(stack))
     assert r.status_code == 200 and API_KEY not in r.text and "********" in r.text
-    r = HTTP.get(stack.http + "/api/me", cookies={"picobot_token": stack.token})
+    r = HTTP.get(stack.http + "/api/me", headers={"Cookie": f"picobot_token={stack.token}"})
     assert r.status_code == 200 and r.json()["paired"] is True
     ws = websocket.create_connection(stack.ws_url + "?chat_id=tok&channel=web", timeout=5, header=[
         f"Authorization: Bearer {stack.token}"])
@@ -191,14 +191,14 @@ def test_cross_site_writes_and_sockets_are_refused(stack: Stack) -> None:
     assert HTTP.delete(url, headers=evil).status_code == 403
     assert HTTP.delete(url, headers={**bearer(stack), "Sec-Fetch-Site": "cross-site"}).status_code == 403
     assert HTTP.delete(url, headers={"Origin": "http://evil.example"}).status_code == 403  # unpaired too
-    jar = {"picobot_token": stack.token}
-    no_origin = HTTP.delete(url, cookies=jar)  # a cookie alone never authorises a write
+    jar = {"Cookie": f"picobot_token={stack.token}"}
+    no_origin = HTTP.delete(url, headers=jar)  # a cookie alone never authorises a write
     assert no_origin.status_code == 403 and no_origin.json()["error"] == "origin_required"
     with pytest.raises(websocket.WebSocketBadStatusException) as exc:
         websocket.create_connection(stack.ws_url + "?chat_id=x&channel=web", timeout=5,
                                     header=[f"Authorization: Bearer {stack.token}"], origin="http://evil.example")
     assert exc.value.status_code == 403
-    ok = HTTP.delete(url, cookies=jar, headers={"Origin": stack.http, "Sec-Fetch-Site": "same-origin"})
+    ok = HTTP.delete(url, headers={**jar, "Origin": stack.http, "Sec-Fetch-Site": "same-origin"})
     assert ok.status_code == 200 and ok.json()["revoked"] == victim["device"]["id"]
     assert HTTP.get(stack.http + "/api/me", headers={"Authorization": f"Bearer {victim['token']}"}).status_code == 401
 
