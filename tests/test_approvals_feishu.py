@@ -61,8 +61,10 @@ def _ask(fstack: Stack, fake: FakeFeishu, sender: EventSender, llm: Any) -> tupl
     return tag, chat, victim, card
 
 
-def _finished(fake: FakeFeishu, chat: str, tag: str) -> bool:
-    return any(f"finished {tag}" in fake.text_of(m) for m in fake.messages_for(chat))
+def _finished(fake: FakeFeishu, chat: str, tag: str, told: str) -> bool:
+    """The turn's answer and the decision's notice (`told`) both sent: separate deliveries, in either order."""
+    texts = [fake.text_of(m) for m in fake.messages_for(chat)]
+    return any(f"finished {tag}" in t for t in texts) and any(t.startswith(told) for t in texts)
 
 
 def test_pressing_approve_on_the_card_runs_the_call(fstack: Stack, fake: FakeFeishu, sender: EventSender,
@@ -73,9 +75,8 @@ def test_pressing_approve_on_the_card_runs_the_call(fstack: Stack, fake: FakeFei
     assert f"rm -rf {victim.name}" in fake.text_of(card) and victim.exists()
     answer = sender.post(sender.card_action(chat, card["message_id"], buttons[0][1], FRIEND))
     assert answer.status_code == 200 and "toast" in answer.json()
-    wait_for(lambda: _finished(fake, chat, tag), 60, "the turn did not finish")
+    wait_for(lambda: _finished(fake, chat, tag, "Approved bash"), 60, "the turn did not finish, or the approval was not told")
     assert not victim.exists()
-    assert any(fake.text_of(m).startswith("Approved bash") for m in fake.messages_for(chat))
 
 
 def test_a_strangers_press_is_ignored_and_deny_keeps_the_files(fstack: Stack, fake: FakeFeishu, sender: EventSender,
@@ -84,7 +85,7 @@ def test_a_strangers_press_is_ignored_and_deny_keeps_the_files(fstack: Stack, fa
     deny = buttons_of(card)[2][1]
     sender.post(sender.card_action(chat, card["message_id"], f"/approve {deny.split()[1]}", STRANGER))
     sender.post(sender.card_action(chat, card["message_id"], deny, FRIEND))
-    wait_for(lambda: _finished(fake, chat, tag), 60, "the turn did not finish")
+    wait_for(lambda: _finished(fake, chat, tag, "Denied bash"), 60, "the turn did not finish, or the denial was not told")
     assert victim.exists()
     texts = [fake.text_of(m) for m in fake.messages_for(chat)]
     assert sum(1 for t in texts if t.startswith("Denied bash")) == 1 and not any(t.startswith("Approved") for t in texts)

@@ -55,16 +55,20 @@ def _ask(tg: Stack, fake: FakeTelegram, llm: Any, chat: int) -> tuple[str, Any, 
     return tag, victim, request
 
 
+def _sent(fake: FakeTelegram, chat: int, start: str) -> bool:
+    return any(m["text"].startswith(start) for m in fake.sent_to(chat))
+
+
 def test_pressing_approve_runs_the_call(tg: Stack, fake: FakeTelegram, llm: Any) -> None:
     tag, victim, request = _ask(tg, fake, llm, FRIEND)
     labels = [b["text"] for b in request["buttons"]]
     assert labels == ["Approve", "Allow for this dialog", "Deny"], request
     assert f"rm -rf {victim.name}" in request["text"] and victim.exists()
     update = fake.press(FRIEND, request["message_id"], request["buttons"][0]["callback_data"])
-    wait_for(lambda: any(m["text"] == f"finished {tag}" for m in fake.sent_to(FRIEND)), 60, "the turn did not finish")
+    wait_for(lambda: _sent(fake, FRIEND, f"finished {tag}") and _sent(fake, FRIEND, "Approved bash"), 60,
+             "the turn did not finish, or the approval was not told")
     assert not victim.exists()
     assert update["callback_query"]["id"] in [a["callback_query_id"] for a in fake.answered()]
-    assert any(m["text"].startswith("Approved bash") for m in fake.sent_to(FRIEND))
 
 
 def test_pressing_deny_keeps_the_files_and_a_stranger_is_ignored(tg: Stack, fake: FakeTelegram, llm: Any) -> None:
@@ -72,7 +76,9 @@ def test_pressing_deny_keeps_the_files_and_a_stranger_is_ignored(tg: Stack, fake
     deny = request["buttons"][2]["callback_data"]
     fake.press(8702, request["message_id"], deny, from_id=STRANGER)  # not in allow_from: nothing happens
     fake.press(8702, request["message_id"], deny)
-    wait_for(lambda: any(m["text"] == f"finished {tag}" for m in fake.sent_to(8702)), 60, "the turn did not finish")
+    # the turn's answer and the decision's notice are separate deliveries: either may arrive first
+    wait_for(lambda: _sent(fake, 8702, f"finished {tag}") and _sent(fake, 8702, "Denied bash"), 60,
+             "the turn did not finish, or the denial was not told")
     assert victim.exists()
     texts = [m["text"] for m in fake.sent_to(8702)]
     assert sum(1 for t in texts if t.startswith("Denied bash")) == 1, texts
