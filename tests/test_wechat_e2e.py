@@ -115,8 +115,8 @@ def test_waits_for_a_login_then_polls(wstack: Stack, fake: FakeWeChat) -> None:
     assert not fake.tokens
     # /health answers 200 while the channel waits for its login (a check may read degraded for a moment while
     # the stack's processes start on a busy machine: the wait asks for both at once)
-    wait_for(lambda: wstack._http_ok("/health") and channel_health(wstack).get("state") == "login_required", 30,
-             "no login_required state with /health ok")
+    wait_for(lambda: wstack._http_ok("/health") and wstack.health()["status"] == "ok"
+             and channel_health(wstack).get("state") == "login_required", 30, "no login_required state with /health ok")
     r = wstack.cli("health")
     assert "login_required" in r.stdout + r.stderr
     done = login(wstack, fake)
