@@ -500,3 +500,10 @@ def test_beat_lock_must_span_three_ticks(home: Path, cwd: Path) -> None:
     write_json(home / "config.json", {"scheduler": {"tick_resolution_ms": 60000, "beat_lock_secs": 15}})
     assert load_config(home=home, environ={}, cwd=cwd).scheduler.beat_lock_secs == 15
     assert load_error(home, cwd, {"scheduler": {"beat_lock_secs": 0}}).key_path == "scheduler.beat_lock_secs"
+
+
+@pytest.mark.parametrize("value", ["soon", "", None, True, 1.5, [30], {"secs": 30}, -1, 10**30, "NaN"])
+def test_beat_lock_of_a_wrong_type_or_range_is_named(home: Path, cwd: Path, value: Any) -> None:
+    err = load_error(home, cwd, {"scheduler": {"beat_lock_secs": value}})
+    assert err.key_path in ("scheduler.beat_lock_secs", "scheduler"), err
+    assert "beat_lock_secs" in str(err)

@@ -247,7 +247,7 @@ class SchedulerConfig(_Section):
     misfire_policy: Literal["skip", "run_once"] = "skip"
     misfire_grace_secs: int = Field(default=3600, ge=0)  # run_once: catch up only a due time this recent
     # beat's lock in Redis (renewed every tick): a standby beat takes over this long after the running one died
-    beat_lock_secs: int = Field(default=30, gt=0)
+    beat_lock_secs: int = Field(default=30, gt=0, le=3600)  # Redis takes no expiry beyond its integer range
     jobs: list[JobConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
