@@ -95,6 +95,25 @@ def test_config_prints_effective_config_with_secrets_masked(tmp_path: Path) -> N
     assert cfg["gateway"]["port"] == 19876
 
 
+def test_migrate_creates_the_schema_once_and_is_idempotent(tmp_path: Path) -> None:
+    """`picobot migrate` (the Procfile's release step) on a new home, then again on the migrated one."""
+    import sqlalchemy
+
+    from picobot.storage.db import SCHEMA_HEAD
+
+    home = tmp_path / "home"
+    home.mkdir()
+    for _ in range(2):
+        r = _picobot(_env(home), "migrate", cwd=tmp_path)
+        assert r.returncode == 0 and r.stdout.strip() == "database schema is up to date", r.stderr
+    engine = sqlalchemy.create_engine(f"sqlite:///{home / 'data' / 'picobot.db'}")
+    try:
+        with engine.connect() as conn:
+            assert [row[0] for row in conn.exec_driver_sql("SELECT version_num FROM alembic_version")] == [SCHEMA_HEAD]
+    finally:
+        engine.dispose()
+
+
 def test_health_command_reports_dependencies(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

@@ -24,7 +24,7 @@ from picobot.channels.feishu.longconn import BACKOFF_CAP_SECS, backoff_delay
 from picobot.cli.embedded_redis import free_port
 from scripts.fake_feishu.server import FakeFeishu
 from scripts.fake_feishu.ws import FakeLongConn
-from tests.stack import API_KEY, base_config, wait_for
+from tests.stack import API_KEY, base_config, migrated, wait_for
 
 APP_SECRET = "secret_" + "LONGCONN" * 3
 
@@ -44,8 +44,7 @@ class Home:
         self.env.update(PICOBOT_HOME=str(self.home), REDIS_URL=redis_url, PICOBOT_TEST_KEY=API_KEY,
                         PYTHONUNBUFFERED="1")
         self.procs: list[subprocess.Popen] = []
-        subprocess.run([sys.executable, "-m", "picobot", "migrate"], env=self.env, cwd=tmp, check=True,
-                       capture_output=True)
+        migrated(None, self.home)  # the schema as `picobot migrate` leaves it (tests/test_cli.py runs the command)
 
     def spawn(self, name: str) -> subprocess.Popen:
         log = open(self.tmp / f"{name}.log", "ab")

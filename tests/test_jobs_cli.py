@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -11,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from picobot.cli import jobs as jobs_cli
+from picobot.cli.main import build_parser
+from picobot.config.loader import load_config
 from tests.stack import Stack, wait_for
 
 pytestmark = pytest.mark.slow
@@ -24,6 +29,21 @@ def job(job_id: str, **more: Any) -> dict[str, Any]:
 def jobs(stack: Stack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "picobot", "jobs", *args], env=stack.env, cwd=stack.cwd,
                           capture_output=True, text=True, timeout=120, input=stdin)
+
+
+def jobs_here(stack: Stack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """The same command run by `picobot jobs`' own code in this process (its parser, the stack's config, its
+    exit code and output), for the many bad-input cases: an interpreter per case would cost a second of CPU."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO((stdin or "").encode()))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = jobs_cli.run(load_config(home=stack.home, environ=stack.env, cwd=stack.cwd),
+                                build_parser().parse_args(["jobs", *args]))
+    finally:
+        sys.stdin = saved
+    return subprocess.CompletedProcess(["picobot", "jobs", *args], code, out.getvalue(), err.getvalue())
 
 
 def listed(stack: Stack) -> dict[str, dict[str, Any]]:
@@ -91,8 +111,12 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(stack: Stack, tmp_p
         (("rm", "cli.ghost"), None, "cli.ghost"),
         (("run", "cli.ghost"), None, "cli.ghost"),
     ]
+    # as a subprocess: a file error (before the runtime), an unknown job (the runtime) and `run` (which continues
+    # as `python -m worker.commands`); the rest through the command's own code in this process (jobs_here)
+    in_process = {("add", str(tmp_path / "array.json")), ("add", str(tmp_path / "broken.json")),
+                  ("add", str(tmp_path / "cron.json")), ("add", "-"), ("pause", "cli.ghost"), ("rm", "cli.ghost")}
     for args, stdin, expected in cases:
-        r = jobs(stack, *args, stdin=stdin)
+        r = (jobs_here if args in in_process else jobs)(stack, *args, stdin=stdin)
         assert r.returncode == 2, (args, r.returncode, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], (args, r.stderr)

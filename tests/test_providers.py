@@ -20,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # runnable alone, without the lead's conftest
     sys.path.insert(0, str(ROOT))
 
-import anthropic  # noqa: E402
 import httpx  # noqa: E402
 import openai  # noqa: E402
 
@@ -450,6 +449,8 @@ def test_fake_openai_wire_format(fake: FakeLLM) -> None:
 
 
 def test_fake_anthropic_wire_format(fake: FakeLLM) -> None:
+    import anthropic  # here, not at the top: ~1 s of CPU that every pytest worker would pay while collecting
+
     client = anthropic.Anthropic(base_url=fake.url, api_key=API_KEY, max_retries=0)
     fake.add_rule("plain", [{"content": "Plain answer.", "reasoning": "hmm"}])
     message = client.messages.create(model="claude-x", max_tokens=100, messages=[{"role": "user", "content": "plain"}])

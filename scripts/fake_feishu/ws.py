@@ -26,11 +26,17 @@ from typing import Any
 
 from websockets.asyncio.server import ServerConnection, serve
 
-from lark_oapi.ws.pb.pbbp2_pb2 import Frame
-
 ENDPOINT_PATH = "/callback/ws/endpoint"
 CONTROL, DATA = 0, 1
 CLIENT_CONFIG = {"ReconnectCount": -1, "ReconnectInterval": 1, "ReconnectNonce": 0, "PingInterval": 2}
+
+
+def Frame(**fields: Any) -> Any:  # noqa: N802 - stands for the SDK's class
+    """A new pbbp2 Frame. Imported on first use: `lark_oapi.ws.pb` runs the whole SDK's __init__ (about 2 s of
+    CPU), which every process that merely imports this module (each pytest worker, collecting) would pay."""
+    from lark_oapi.ws.pb.pbbp2_pb2 import Frame as frame_class
+
+    return frame_class(**fields)
 
 
 def _frame(method: int, headers: dict[str, str], payload: bytes = b"", service: int = 1) -> bytes:
