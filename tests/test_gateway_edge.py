@@ -16,6 +16,8 @@ from typing import Any, Iterator
 import httpx
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 import sqlalchemy
 import websocket
 from hypothesis import HealthCheck, given, settings
@@ -156,7 +158,8 @@ def test_sockets_over_the_device_limit_are_refused_with_1013(direct: Stack) -> N
 
 
 def test_limits_fail_open_when_redis_is_down(caplog: pytest.LogCaptureFixture) -> None:
-    dead = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5)
+    # no retries: redis-py's default three, with backoff, take ~4 s a call here and change nothing below
+    dead = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
     limits = RateLimits(dead, RateLimitsConfig(messages_per_chat_per_minute=1, sockets_per_device=1))
     with caplog.at_level(logging.INFO, logger="picobot.gateway.limits"):
         assert [limits.message("cli_chat:x", "dev:d") for _ in range(3)] == [None] * 3
