@@ -47,7 +47,9 @@ def jobs_here(stack: Stack, *args: str, stdin: str | None = None) -> subprocess.
 
 
 def listed(stack: Stack) -> dict[str, dict[str, Any]]:
-    r = jobs(stack, "list", "--json")
+    """Every job by id, read by the command's own code in this process (`jobs list --json` as a subprocess is
+    checked in test_add_list_show_pause_resume_rm)."""
+    r = jobs_here(stack, "list", "--json")
     assert r.returncode == 0, r.stderr
     return {j["id"]: j for j in json.loads(r.stdout)}
 
@@ -57,7 +59,9 @@ def test_add_list_show_pause_resume_rm(stack: Stack, tmp_path: Path) -> None:
     path.write_text(json.dumps(job("cli.one")))
     r = jobs(stack, "add", str(path))
     assert r.returncode == 0 and "cli.one saved" in r.stdout, r.stderr
-    one = listed(stack)["cli.one"]
+    r = jobs(stack, "list", "--json")
+    assert r.returncode == 0, r.stderr
+    one = {j["id"]: j for j in json.loads(r.stdout)}["cli.one"]
     assert one["target"]["channel"] == "cli_chat" and one["target"]["chat_id"].startswith("cli-")  # this terminal's chat
     r = jobs(stack, "add", "-", stdin=json.dumps(job("cli.two", schedule={"type": "interval", "seconds": 600})))
     assert r.returncode == 0, r.stderr
@@ -86,7 +90,7 @@ def test_run_hands_the_job_to_the_workers(stack: Stack) -> None:
     assert r.returncode == 0 and "queued" in r.stdout, r.stderr
 
     def done() -> list[dict[str, Any]]:
-        out = jobs(stack, "show", "cli.run", "--json")
+        out = jobs_here(stack, "show", "cli.run", "--json")
         return [x for x in json.loads(out.stdout)["runs"] if x["outcome"] != "running"]
 
     [run] = wait_for(done, 60, "the run never finished")
