@@ -5,6 +5,9 @@ Everything runs as separate processes, exactly as `picobot web|worker|beat` star
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import json
 import os
 import shutil
@@ -232,6 +235,29 @@ class Stack:
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "picobot", *args], env=self.env, cwd=self.cwd,
                               capture_output=True, text=True, timeout=timeout)
+
+
+def command_here(stack: Stack, command: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`picobot <command> ...` run by the command's own code in this process (`picobot.cli.<command>.run`: its
+    parser, the stack's config, its exit code and output): for checks, polls and bad-argument cases around the
+    commands a test runs as subprocesses, where an interpreter per call would cost about a second of CPU."""
+    from picobot.cli.main import build_parser
+    from picobot.config.loader import load_config
+
+    run = importlib.import_module(f"picobot.cli.{command}").run
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO((stdin or "").encode()))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = run(load_config(home=stack.home, environ=stack.env, cwd=stack.cwd),
+                           build_parser().parse_args([command, *args]))
+            except SystemExit as exc:  # argparse's own usage errors
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        sys.stdin = saved
+    return subprocess.CompletedProcess(["picobot", command, *args], code, out.getvalue(), err.getvalue())
 
 
 def issue_token(database_url: str, name: str, kind: str = "api") -> str:

@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy
 
 from tests.conftest import add_rule
-from tests.stack import Stack, base_config, wait_for
+from tests.stack import Stack, base_config, command_here, wait_for
 from tests.http_client import HTTP
 
 OUTPUT_ESTIMATE = 20000
@@ -174,11 +174,12 @@ def _run_job(stack: Stack, job_id: str, runs_before: int) -> dict[str, Any]:
     r = _jobs(stack, "run", job_id)
     assert r.returncode == 0, r.stderr
 
-    def ended() -> list[dict[str, Any]]:
-        out = json.loads(_jobs(stack, "show", job_id, "--json").stdout)["runs"]
-        return [x for x in out if x["outcome"] != "running"] if len(out) > runs_before else []
+    def ended() -> list[dict[str, Any]]:  # read in this process: a poll per interpreter start cost ~1 s of CPU
+        out = json.loads(command_here(stack, "jobs", "show", job_id, "--json").stdout)["runs"]
+        done = [x for x in out if x["outcome"] != "running"] if len(out) > runs_before else []
+        return done if len(done) > runs_before else []
 
-    return wait_for(lambda: len(ended()) > runs_before and ended(), 90, "the job run never ended")[0]
+    return wait_for(ended, 90, "the job run never ended")[0]
 
 
 def test_a_job_over_its_budget_is_recorded_and_its_chat_told_once(bstack, llm) -> None:  # type: ignore[no-untyped-def]

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -13,10 +11,7 @@ from typing import Any
 
 import pytest
 
-from picobot.cli import jobs as jobs_cli
-from picobot.cli.main import build_parser
-from picobot.config.loader import load_config
-from tests.stack import Stack, wait_for
+from tests.stack import Stack, command_here, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -31,25 +26,10 @@ def jobs(stack: Stack, *args: str, stdin: str | None = None) -> subprocess.Compl
                           capture_output=True, text=True, timeout=120, input=stdin)
 
 
-def jobs_here(stack: Stack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """The same command run by `picobot jobs`' own code in this process (its parser, the stack's config, its
-    exit code and output), for the many bad-input cases: an interpreter per case would cost a second of CPU."""
-    out, err = io.StringIO(), io.StringIO()
-    saved = sys.stdin
-    sys.stdin = io.TextIOWrapper(io.BytesIO((stdin or "").encode()))
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = jobs_cli.run(load_config(home=stack.home, environ=stack.env, cwd=stack.cwd),
-                                build_parser().parse_args(["jobs", *args]))
-    finally:
-        sys.stdin = saved
-    return subprocess.CompletedProcess(["picobot", "jobs", *args], code, out.getvalue(), err.getvalue())
-
-
 def listed(stack: Stack) -> dict[str, dict[str, Any]]:
     """Every job by id, read by the command's own code in this process (`jobs list --json` as a subprocess is
     checked in test_add_list_show_pause_resume_rm)."""
-    r = jobs_here(stack, "list", "--json")
+    r = command_here(stack, "jobs", "list", "--json")
     assert r.returncode == 0, r.stderr
     return {j["id"]: j for j in json.loads(r.stdout)}
 
@@ -90,7 +70,7 @@ def test_run_hands_the_job_to_the_workers(stack: Stack) -> None:
     assert r.returncode == 0 and "queued" in r.stdout, r.stderr
 
     def done() -> list[dict[str, Any]]:
-        out = jobs_here(stack, "show", "cli.run", "--json")
+        out = command_here(stack, "jobs", "show", "cli.run", "--json")
         return [x for x in json.loads(out.stdout)["runs"] if x["outcome"] != "running"]
 
     [run] = wait_for(done, 60, "the run never finished")
@@ -116,11 +96,11 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(stack: Stack, tmp_p
         (("run", "cli.ghost"), None, "cli.ghost"),
     ]
     # as a subprocess: a file error (before the runtime), an unknown job (the runtime) and `run` (which continues
-    # as `python -m worker.commands`); the rest through the command's own code in this process (jobs_here)
+    # as `python -m worker.commands`); the rest through the command's own code in this process (command_here)
     in_process = {("add", str(tmp_path / "array.json")), ("add", str(tmp_path / "broken.json")),
                   ("add", str(tmp_path / "cron.json")), ("add", "-"), ("pause", "cli.ghost"), ("rm", "cli.ghost")}
     for args, stdin, expected in cases:
-        r = (jobs_here if args in in_process else jobs)(stack, *args, stdin=stdin)
+        r = (command_here(stack, "jobs", *args, stdin=stdin) if args in in_process else jobs(stack, *args, stdin=stdin))
         assert r.returncode == 2, (args, r.returncode, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], (args, r.stderr)
