@@ -269,7 +269,7 @@ def test_picobot_up_runs_the_long_connection(tmp_path: Path, fake: FakeFeishu, w
                                   "app_secret": APP_SECRET, "domain": fake.base_url}}
     (home / "config.json").write_text(json.dumps(cfg))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "DATABASE_URL", "REDIS_URL"))}
-    env.update(PICOBOT_HOME=str(home), PICOBOT_TEST_KEY=API_KEY)
+    env.update(PICOBOT_HOME=str(home), PICOBOT_TEST_KEY=API_KEY, PICOBOT_WORKERS="1")  # the client is the point here
     with open(tmp_path / "up.log", "wb") as log:
         up = subprocess.Popen([sys.executable, "-m", "picobot", "up", "--embedded-redis"], env=env, cwd=tmp_path,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -282,7 +282,8 @@ def test_up_prints_no_redis_password(tmp_path: Path, llm) -> None:  # type: igno
     (home / "config.json").write_text(json.dumps({"gateway": {"port": web_port}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_", "DATABASE_URL", "PICOBOT_"))}
     env.update(PICOBOT_HOME=str(home), REDIS_URL=f"redis://:{password}@127.0.0.1:{port}/0",
-               OPENAI_BASE_URL=f"{llm.url}/v1", OPENAI_API_KEY="sk-up-test-123456", OPENAI_MODEL="fake")
+               OPENAI_BASE_URL=f"{llm.url}/v1", OPENAI_API_KEY="sk-up-test-123456", OPENAI_MODEL="fake",
+               PICOBOT_WORKERS="1")  # one worker is enough to print through; tests/test_cli.py runs one per core
     log_path = tmp_path / "up.log"
     with open(log_path, "wb") as log:
         up = subprocess.Popen([sys.executable, "-m", "picobot", "up"], env=env, cwd=tmp_path, stdout=log,
