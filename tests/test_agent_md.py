@@ -100,6 +100,15 @@ def test_memory_text_cannot_forge_or_end_the_block() -> None:
     assert splice(out, "next") == USER_TEXT + f"{START}\nnext\n{END}\n"
 
 
+def test_stray_markers_that_pair_up_once_a_copy_is_dropped_go_too() -> None:
+    """Found by the property below: start, end, start, [start, end], end. Dropping the copied block in brackets
+    paired the stray start and end around it into a block, which the next rewrite dropped: not idempotent."""
+    doc = "\n".join([START, END, START, START, END, END])
+    out = splice(doc, "")
+    assert out == f"{START}\n{END}" and splice(out, "") == out
+    assert splice(doc, "x") == f"{START}\nx\n{END}"
+
+
 _LINES = st.sampled_from([START, END, f"  {START} ", "```", "~~~", "````js", "    ```", "text", "", "\r", "# h"])
 
 

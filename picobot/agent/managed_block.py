@@ -14,7 +14,8 @@ Rules (docs/MEMORY.md repeats them for users):
 - A damaged block (a start marker with no end after it, or an end marker with no start) is left
   where it is, as the user's text, and a complete block is appended; the stray marker line can be
   deleted by hand. Further complete blocks after the first are removed: they are PicoBot's own
-  text, and a stale copy would contradict the fresh one.
+  text, and a stale copy would contradict the fresh one (and so is a block that two stray markers
+  form once a copy between them is gone).
 - Rewrites take an exclusive lock file beside AGENT.md and replace the file atomically (a temp file
   and os.replace), so concurrent rewriters never interleave and readers see the old or the new file.
 """
@@ -124,12 +125,26 @@ def splice(text: str, body: str) -> str:
             log.warning("AGENT.md has a stray memory marker; leaving it and appending a complete block")
         return _append(text, inner, scan.open_fence)
     first = scan.blocks[0]
-    out = lines[:first.start + 1] + inner + [lines[first.end]]
-    tail_from = first.end + 1
-    for extra in scan.blocks[1:]:  # a copied block: drop it, markers included
-        out += lines[tail_from:extra.start]
-        tail_from = extra.end + 1
-    return "\n".join(out + lines[tail_from:])
+    head = lines[:first.start + 1] + inner + [lines[first.end]]
+    return "\n".join(head + _without_blocks(lines[first.end + 1:]))
+
+
+def _without_blocks(lines: list[str]) -> list[str]:
+    """The text after the first block with every complete block dropped, markers included (a copied block).
+
+    Dropping one can pair the stray markers around it (a start before it, an end after it) into a new block,
+    which the next rewrite would drop: so until none is left, or a rewrite would not be idempotent. The text
+    after a block is scanned as from a fresh start (no fence is open after a block)."""
+    while True:
+        blocks = find_blocks(lines).blocks
+        if not blocks:
+            return lines
+        kept: list[str] = []
+        tail_from = 0
+        for extra in blocks:
+            kept += lines[tail_from:extra.start]
+            tail_from = extra.end + 1
+        lines = kept + lines[tail_from:]
 
 
 def _append(text: str, inner: list[str], open_fence: str | None) -> str:
