@@ -216,8 +216,10 @@ def test_model_switches_the_dialog_and_survives_worker_and_web_restarts(switch_s
 
     switch_stack.kill("w1")
     switch_stack.kill("web")
-    switch_stack.start_web()
-    switch_stack.start_worker("w1")
+    switch_stack.start_web(wait=False)  # started together, then waited for
+    switch_stack.start_worker("w1", wait=False)
+    switch_stack.wait_web()
+    switch_stack.wait_workers("w1")
 
     client = switch_stack.client(chat)
     try:
@@ -332,8 +334,10 @@ def test_a_choice_the_config_drops_gives_way_to_the_agents_model(tmp_path, fake_
         stack.kill("web")
         cfg["agents"]["default"]["models"] = ["fast"]  # default:second is no longer allowed
         (stack.home / "config.json").write_text(json.dumps(cfg))
-        stack.start_web()
-        stack.start_worker("w1")
+        stack.start_web(wait=False)  # started together, then waited for
+        stack.start_worker("w1", wait=False)
+        stack.wait_web()
+        stack.wait_workers("w1")
         client = stack.client("t-dropped")
         info = client.command("/info --json")["data"]
         assert (info["model"], info["model_chosen"]) == ("default:default", False)

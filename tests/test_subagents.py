@@ -191,8 +191,10 @@ def sub_stack(tmp_path_factory: pytest.TempPathFactory, fake_llm) -> Iterator[St
     cfg["gateway"]["port"] = s.port
     (s.home / "config.json").write_text(json.dumps(cfg))
     try:
-        s.start_web()
-        s.start_worker("w1", concurrency=POOL)
+        s.start_web(wait=False)  # started together, then waited for
+        s.start_worker("w1", concurrency=POOL, wait=False)
+        s.wait_web()
+        s.wait_workers("w1")
         s.start_beat()
         yield s
     finally:

@@ -29,8 +29,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory, fake_llm: Any) -> Iterator[S
     cfg["gateway"]["port"] = s.port
     (s.home / "config.json").write_text(json.dumps(cfg))
     try:
-        s.start_web()
-        s.start_worker("w1", concurrency=2)
+        s.start_web(wait=False)  # started together, then waited for
+        s.start_worker("w1", concurrency=2, wait=False)
+        s.wait_web()
+        s.wait_workers("w1")
         yield s
     finally:
         s.stop()
