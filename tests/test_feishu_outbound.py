@@ -333,7 +333,10 @@ def test_streaming_card_is_finalised_with_the_answer_and_no_second_message(make_
                   {"type": "text", "text": "Partial ans"}]
         relay.dispatch(_updated(sid, turn_id, seq, blocks, 2))
         card_id = wait_for(lambda: next(iter(fake_feishu.cards), None))
-        wait_for(lambda: rt.redis.get(card_key(turn_id)) not in (None, b"pending"))
+        # the card's record, not the "pending" placeholder set before the card is made (the client decodes
+        # replies: comparing with b"pending" let the test go on while the card was still being made, and the
+        # next snapshot then came within the card's interval and was skipped, as progress may be)
+        wait_for(lambda: rt.redis.get(card_key(turn_id)) not in (None, "pending"))
         time.sleep(0.25)  # past the per-card interval
         relay.dispatch(_updated(sid, turn_id, seq, blocks[:2] + [{"type": "text", "text": "Partial answer, more"}], 3))
         wait_for(lambda: fake_feishu.cards[card_id]["texts"])
