@@ -232,9 +232,11 @@ class Stack:
     def client(self, chat_id: str | None = None) -> "WsClient":
         return WsClient(self.ws_url, chat_id or "t-" + uuid.uuid4().hex[:10], token=self.token)
 
-    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "picobot", *args], env=self.env, cwd=self.cwd,
-                              capture_output=True, text=True, timeout=timeout)
+    def cli(self, *args: str, timeout: float = 120, stdin: str | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """`picobot <args>` as a process on this stack (its environment unless `env` is given)."""
+        return subprocess.run([sys.executable, "-m", "picobot", *args], env=env or self.env, cwd=self.cwd,
+                              capture_output=True, text=True, timeout=timeout, input=stdin)
 
 
 def command_here(stack: Stack, command: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

@@ -166,8 +166,7 @@ def test_a_sub_agent_run_counts_toward_its_parent_dialog(bstack, llm) -> None:  
 
 
 def _jobs(stack: Stack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "picobot", "jobs", *args], env=stack.env, cwd=stack.cwd,
-                          capture_output=True, text=True, timeout=120, input=stdin)
+    return stack.cli("jobs", *args, stdin=stdin)
 
 
 def _run_job(stack: Stack, job_id: str, runs_before: int) -> dict[str, Any]:

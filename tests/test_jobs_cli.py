@@ -22,8 +22,7 @@ def job(job_id: str, **more: Any) -> dict[str, Any]:
 
 
 def jobs(stack: Stack, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "picobot", "jobs", *args], env=stack.env, cwd=stack.cwd,
-                          capture_output=True, text=True, timeout=120, input=stdin)
+    return stack.cli("jobs", *args, stdin=stdin)
 
 
 def listed(stack: Stack) -> dict[str, dict[str, Any]]:

@@ -102,8 +102,7 @@ def test_usage_command_shows_this_dialog_and_this_user(stack: Stack, db: Databas
 
 
 def usage_cli(stack: Stack, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "picobot", "usage", *args], env=env or stack.env, cwd=stack.cwd,
-                          capture_output=True, text=True, timeout=120)
+    return stack.cli("usage", *args, env=env)
 
 
 def test_picobot_usage_prints_tables_json_and_refuses_bad_arguments(stack: Stack, db: Database,
