@@ -619,3 +619,19 @@ def test_stack_agent_cannot_fetch_the_gateways_own_health(guarded_stack: Stack, 
              {"content": "done"})
     assert guarded_stack.client().ask("hop-page")["status"] == "completed"
     assert "Refused to connect to 127.0.0.1:" in _tool_result_sent_to_model(llm)
+
+
+def test_the_web_and_worker_start_without_httpx_and_a_tool_request_loads_it() -> None:
+    # the guard's client, and with it httpx, is imported on the first tool request: a process that never
+    # fetches does not pay for it (about 50-90 ms of CPU per start where httpx's CLI extras are installed)
+    import subprocess
+
+    code = ("import sys, web.app, worker.app; before = 'httpx' in sys.modules; "
+            "from picobot.security.netguard import guarded_client; "
+            "from picobot.security.netpolicy import NetworkPolicy; "
+            "guarded_client(NetworkPolicy.from_settings({}), timeout=1).close(); "
+            "print(before, 'httpx' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx
 
 from picobot.errors import ToolError, TurnCancelled
 from picobot.security.netguard import NetworkPolicy, guarded_client
@@ -14,6 +12,9 @@ from picobot.security.redact import header_secrets, redact
 from picobot.tools.base import Tool, ToolContext
 from picobot.tools.http_cancel import CancelCut
 from picobot.tools.registry import truncate
+
+if TYPE_CHECKING:  # httpx is imported on the first request (see security/netguard.guarded_client)
+    import httpx
 
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 DEFAULT_TIMEOUT_SECS = 30
@@ -77,6 +78,8 @@ class HttpRequestTool(Tool):
         timeout = float(args.get("timeout_secs") or ctx.settings.get("http_timeout_secs", DEFAULT_TIMEOUT_SECS))
         max_bytes = int(ctx.settings.get("http_max_bytes", DEFAULT_MAX_BYTES))
         max_chars = int(ctx.settings.get("http_max_chars", DEFAULT_MAX_CHARS))
+        import httpx
+
         merged = httpx.Headers({"User-Agent": USER_AGENT})
         merged.update(headers)  # case-insensitive: the model's own User-Agent wins
         request: dict[str, Any] = {"headers": merged}
@@ -96,6 +99,8 @@ class HttpRequestTool(Tool):
 def _request(
     method: str, url: str, request: dict[str, Any], timeout: float, max_bytes: int, max_chars: int, ctx: ToolContext
 ) -> str:
+    import httpx
+
     policy = NetworkPolicy.from_settings(ctx.settings)
     with CancelCut(ctx.cancel) as cutter, guarded_client(policy, timeout=timeout) as client:
         try:
@@ -107,6 +112,8 @@ def _request(
 
 
 def _render(response: httpx.Response, url: str, body: bytes, cut: bool, max_chars: int) -> str:
+    import httpx
+
     lines = [f"HTTP {response.status_code} {response.reason_phrase}".rstrip()]
     if response.url != httpx.URL(url):
         lines.append(f"Final URL: {response.url}")
@@ -174,6 +181,8 @@ def decode_body(body: bytes, charset: str | None) -> str:
 
 
 def describe_http_error(exc: httpx.HTTPError, url: str, timeout: float) -> str:
+    import httpx
+
     host = urlsplit(url).hostname or url
     if isinstance(exc, httpx.TimeoutException):
         return f"The request to {host} timed out after {timeout:g} s."

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
-
-import httpx
 
 from picobot.errors import ToolError
 from picobot.security.netguard import NetworkPolicy, guarded_client
@@ -15,6 +13,9 @@ from picobot.tools.base import Tool, ToolContext
 from picobot.tools.http import check_url, decode_body, describe_http_error, is_text, read_body
 from picobot.tools.http_cancel import CancelCut
 from picobot.tools.registry import truncate
+
+if TYPE_CHECKING:  # httpx is imported on the first fetch (see security/netguard.guarded_client)
+    import httpx
 
 DEFAULT_MAX_CHARS = 50_000
 MAX_CHARS_LIMIT = 500_000
@@ -62,6 +63,8 @@ class WebFetchTool(Tool):
         max_bytes = int(ctx.settings.get("web_fetch_max_bytes", DEFAULT_MAX_BYTES))
         headers = {"User-Agent": USER_AGENT, "Accept": ACCEPT}
         policy = NetworkPolicy.from_settings(ctx.settings)
+        import httpx
+
         try:
             with (
                 CancelCut(ctx.cancel) as cutter,
