@@ -334,8 +334,7 @@ def test_streaming_card_is_finalised_with_the_answer_and_no_second_message(make_
         relay.dispatch(_updated(sid, turn_id, seq, blocks, 2))
         card_id = wait_for(lambda: next(iter(fake_feishu.cards), None))
         # the card's record, not the "pending" placeholder set before the card is made (the client decodes
-        # replies: comparing with b"pending" let the test go on while the card was still being made, and the
-        # next snapshot then came within the card's interval and was skipped, as progress may be)
+        # replies: comparing with b"pending" let the test go on while the card was still being made)
         wait_for(lambda: rt.redis.get(card_key(turn_id)) not in (None, "pending"))
         time.sleep(0.25)  # past the per-card interval
         relay.dispatch(_updated(sid, turn_id, seq, blocks[:2] + [{"type": "text", "text": "Partial answer, more"}], 3))
@@ -360,6 +359,29 @@ def test_streaming_card_is_finalised_with_the_answer_and_no_second_message(make_
     assert "".join(cards.split_markdown(final, 500)) == final
     adapter.deliver(d)  # a retried delivery: nothing new
     assert len(fake_feishu.messages_for("oc_s")) == len(parts)
+
+
+def test_progress_right_after_the_card_is_made_still_reaches_the_card(make_rt, fake_feishu) -> None:  # type: ignore[no-untyped-def]
+    # a tool starts right after the first text made the card, then runs long: nothing changes while it runs,
+    # so a snapshot skipped for coming within the card's interval would leave the card without the tool's mark
+    rt = make_rt(live_updates=True)
+    fake_feishu.rate_limit_qps = None
+    fake_feishu.add_message("om_t", "oc_t", "text", {"text": "question"})
+    sid, seq = _turn_input(rt, "oc_t", "om_t")
+    relay = LiveRelay(rt, min_interval=0)
+    turn_id = uuid.uuid4().hex
+    try:
+        first = [{"type": "text", "text": "Let me look that up."}]
+        relay.dispatch(_updated(sid, turn_id, seq, first, 1))
+        card_id = wait_for(lambda: next(iter(fake_feishu.cards), None))
+        relay.dispatch(_updated(sid, turn_id, seq, first + [{"type": "tool", "name": "slow_lookup",
+                                                            "status": "running"}], 2))
+        texts = wait_for(lambda: fake_feishu.cards[card_id]["texts"], timeout=5)
+        assert "slow_lookup" in texts[-1] and "Let me look that up." in texts[-1]
+        relay.dispatch(_completed(sid, turn_id, seq, "", status="failed"))
+        wait_for(lambda: fake_feishu.cards[card_id]["closed"])
+    finally:
+        relay.stop()
 
 
 def test_without_a_card_the_answer_is_a_normal_reply_and_no_card_starts_later(make_rt, fake_feishu) -> None:  # type: ignore[no-untyped-def]

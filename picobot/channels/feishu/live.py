@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("picobot.channels.feishu")
 
-MIN_OP_INTERVAL = 0.2  # per card; Feishu allows 10 ops/s, we keep to 5
+MIN_OP_INTERVAL = 0.2  # per card, between the end of one operation and the next; Feishu allows 10 ops/s
 PROGRESS_MAX_CHARS = 8000
 TOOL_MARKS = {"pending": "⏳", "running": "⏳", "done": "✅", "error": "❌"}
 
@@ -102,7 +102,13 @@ class FeishuLive:
             if turn.card_id is None:
                 if has_text:
                     self._create_card(turn_id, turn, text)
-            elif time.monotonic() - turn.last_op >= MIN_OP_INTERVAL:
+            else:
+                # the relay hands a turn's snapshots over one at a time, the newest when it comes back: a short
+                # wait keeps the card within its rate, where skipping this one would leave the card on older
+                # progress until the next change (a long tool run shows no mark of it)
+                wait = turn.last_op + MIN_OP_INTERVAL - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
                 self._stream(turn_id, turn, text)
         except Exception as exc:
             log.info("feishu: live card of turn %s: %s", turn_id, exc)
