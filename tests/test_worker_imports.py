@@ -96,3 +96,19 @@ def test_task_and_queue_names_come_from_one_place() -> None:
     assert {route["queue"] for route in app.conf.task_routes.values()} == set(ALL_QUEUES)
     queues = worker_argv()[worker_argv().index("-Q") + 1]
     assert queues.split(",") == list(ALL_QUEUES)
+
+
+def test_two_apps_in_one_process_each_register_their_own_tasks() -> None:
+    # tasks belong to the app that made them (shared=False): a second app in the same process (the suite's
+    # in-process tests make several) got the first one's tasks too, and Celery warned of duplicate names
+    import warnings
+
+    from picobot.config import Config
+    from worker.celery_app import make_celery
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apps = [make_celery(Config(redis_url="redis://127.0.0.1:1/0")) for _ in range(2)]
+        registered = [set(app.tasks) for app in apps]
+    assert registered[0] == registered[1]
+    assert not [str(w.message) for w in caught if "already registered" in str(w.message)]
