@@ -428,6 +428,38 @@ def test_importing_providers_does_not_import_sdks() -> None:
     assert out.stdout.strip() == "[]"
 
 
+_SLOW_HTTPX = """
+import sys, threading, time
+from picobot.domain.messages import ChatMessage
+from picobot.providers.base import ChatRequest
+from picobot.providers.openai_provider import OpenAIProvider
+
+class SlowHttpx:  # holds httpx half made (no Response yet) for a while, as a first import on a busy machine can
+    def find_spec(self, name, path=None, target=None):
+        if name == "httpx._api":
+            time.sleep(1.5)
+        return None
+
+provider = OpenAIProvider("p", base_url=sys.argv[1], api_key="sk-test", max_retries=0)
+sys.meta_path.insert(0, SlowHttpx())
+if "httpx" not in sys.modules:  # what a tool's request or a plugin's sweep does in another thread mid-turn
+    threading.Thread(target=lambda: __import__("httpx"), daemon=True).start()
+    time.sleep(0.3)
+events = list(provider.stream(ChatRequest(model="m", messages=[ChatMessage(role="user", content="plain")])))
+print(type(events[-1]).__name__, events[-1].message.content)
+"""
+
+
+def test_a_model_call_while_another_thread_first_imports_httpx(fake: FakeLLM) -> None:
+    # the openai SDK reads sys.modules["httpx"] during every call: half made by a first import in another
+    # thread, it failed the call (AttributeError); the provider imports httpx whole before its first call
+    fake.add_rule("plain", [{"content": "Plain answer."}])
+    out = subprocess.run([sys.executable, "-c", _SLOW_HTTPX, fake.openai_url], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "Completed Plain answer."
+
+
 # --- the fake server's own wire format, through the raw SDKs ------------------------
 
 

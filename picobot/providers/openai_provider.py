@@ -42,6 +42,11 @@ class OpenAIProvider(SdkProvider):
     """A Provider for the Chat Completions API."""
 
     def _make_client(self, api_key: str, base_url: str | None, headers: dict[str, str], timeout: float) -> Any:
+        # httpx first, whole: the SDK looks up sys.modules["httpx"] during every call (for clients of the older
+        # library), and a first import of httpx in another thread (a tool's request, a plugin's sweep) leaves it
+        # there half made for a moment, which failed the call with an AttributeError. An import waits for
+        # another thread's import of the same module to finish, so after this line it is always complete.
+        import httpx  # noqa: F401
         import openai
 
         self._sdk = openai
