@@ -384,6 +384,31 @@ def test_progress_right_after_the_card_is_made_still_reaches_the_card(make_rt, f
         relay.stop()
 
 
+def test_a_turn_waiting_for_its_next_update_holds_no_relay_thread(make_rt, fake_feishu) -> None:  # type: ignore[no-untyped-def]
+    # one relay thread, a long interval: turn A's second update waits out the interval, and meanwhile turn B's
+    # first update is handled (the thread used to sleep through A's interval, and B's card came after A's update)
+    rt = make_rt(live_updates=True)
+    fake_feishu.rate_limit_qps = None
+    for n in ("a", "b"):
+        fake_feishu.add_message(f"om_{n}", f"oc_{n}", "text", {"text": "question"})
+    (sid_a, seq_a), (sid_b, seq_b) = _turn_input(rt, "oc_a", "om_a"), _turn_input(rt, "oc_b", "om_b")
+    relay = LiveRelay(rt, workers=1, min_interval=3.0)
+    turn_a, turn_b = uuid.uuid4().hex, uuid.uuid4().hex
+    try:
+        relay.dispatch(_updated(sid_a, turn_a, seq_a, [{"type": "text", "text": "A first"}], 1))
+        card_a = wait_for(lambda: next(iter(fake_feishu.cards), None))
+        relay.dispatch(_updated(sid_a, turn_a, seq_a, [{"type": "text", "text": "A second"}], 2))
+        relay.dispatch(_updated(sid_b, turn_b, seq_b, [{"type": "text", "text": "B first"}], 1))
+        card_b = wait_for(lambda: [c for c in fake_feishu.cards if c != card_a])[0]
+        assert fake_feishu.cards[card_a]["texts"] == []  # A's update still waits for its time
+        assert wait_for(lambda: fake_feishu.cards[card_a]["texts"])[-1] == "A second"
+        for sid, turn_id, seq in ((sid_a, turn_a, seq_a), (sid_b, turn_b, seq_b)):
+            relay.dispatch(_completed(sid, turn_id, seq, "", status="failed"))
+        wait_for(lambda: fake_feishu.cards[card_a]["closed"] and fake_feishu.cards[card_b]["closed"])
+    finally:
+        relay.stop()
+
+
 def test_without_a_card_the_answer_is_a_normal_reply_and_no_card_starts_later(make_rt, fake_feishu) -> None:  # type: ignore[no-untyped-def]
     rt = make_rt(live_updates=True)
     adapter = rt.channels.adapter("feishu")

@@ -25,6 +25,7 @@ from sqlalchemy import select
 from picobot.coord import keys
 from picobot.runtime.publisher import follow_events
 from picobot.storage.models import InboundRow, SessionRow
+from picobot.threadpool import watchdog
 
 if TYPE_CHECKING:
     from picobot.channels.base import LiveHooks
@@ -49,7 +50,8 @@ class _Turn:
     started: bool = False
     pending: dict | None = None      # the newest snapshot not yet handed to the hooks
     finished: dict | None = None     # the turn_completed event, once seen
-    running: bool = False            # a pool thread is draining this turn
+    running: bool = False            # a pool thread drains this turn, or it waits for its next snapshot's time
+    waiting: bool = False            # waiting out min_interval on the watchdog (no thread held)
     last_call: float = 0.0
     seen: float = field(default_factory=time.monotonic)
 
@@ -111,9 +113,14 @@ class LiveRelay:
             else:
                 turn.finished, turn.pending = frame, None
             if turn.running:
-                return
-            turn.running = True
-        self._pool.submit(self._drain, turn)
+                resume = turn.waiting and turn.finished is not None  # the end does not wait for an interval
+            else:
+                turn.running = resume = True
+        if resume:
+            if turn.waiting:
+                self._resume(turn)
+            else:
+                self._pool.submit(self._drain, turn)
 
     def _turn(self, turn_id: str, session_id: str) -> _Turn | None:
         with self._lock:
@@ -166,24 +173,27 @@ class LiveRelay:
     # ---- hook calls (pool threads) -----------------------------------------------------------
 
     def _drain(self, turn: _Turn) -> None:
-        """Hand a turn's newest state to its hooks, in order, until nothing is left."""
+        """Hand a turn's newest state to its hooks, in order, until nothing is left.
+
+        A snapshot that comes within `min_interval` of the turn's previous one waits on the watchdog, not on a
+        pool thread: the pool's few threads keep serving the other turns meanwhile (a thread that slept through
+        every turn's interval left ~8 hook calls a second for all live turns together)."""
         while True:
             with self._lock:
                 snapshot, finished = turn.pending, turn.finished
-                turn.pending = None
                 if snapshot is None and finished is None:
                     turn.running = False
                     return
+                wait = turn.last_call + self.min_interval - time.monotonic()
+                if finished is None and wait > 0:
+                    turn.waiting = True  # the newest snapshot stays pending; _resume drains again
+                    watchdog().arm(wait, lambda: self._resume(turn))
+                    return
+                turn.pending = None
             if not turn.started and snapshot is not None:
                 turn.started = True
                 self._call(turn.hooks.turn_started, turn.chat_id, self._reply_to(turn), turn.turn_id)
             if snapshot is not None:
-                wait = turn.last_call + self.min_interval - time.monotonic()
-                if wait > 0 and turn.finished is None:
-                    time.sleep(wait)
-                    with self._lock:  # a newer snapshot may have come in meanwhile
-                        snapshot = turn.pending or snapshot
-                        turn.pending = None
                 if turn.finished is None:
                     turn.last_call = time.monotonic()
                     self._call(turn.hooks.snapshot, turn.chat_id, turn.turn_id, snapshot)
@@ -193,6 +203,17 @@ class LiveRelay:
                 self._turns.pop(turn.turn_id, None)
                 turn.running = False
             return
+
+    def _resume(self, turn: _Turn) -> None:
+        """A waiting turn goes back to the pool (its interval is over, or it finished meanwhile); once."""
+        with self._lock:
+            if not turn.waiting:
+                return
+            turn.waiting = False
+        try:
+            self._pool.submit(self._drain, turn)
+        except RuntimeError:  # the relay stopped
+            pass
 
     def _call(self, fn: Any, *args: Any) -> None:
         self.calls += 1
