@@ -409,6 +409,27 @@ def test_a_turn_waiting_for_its_next_update_holds_no_relay_thread(make_rt, fake_
         relay.stop()
 
 
+def test_a_turn_that_ends_while_waiting_for_its_interval_is_closed_without_waiting(make_rt, fake_feishu) -> None:  # type: ignore[no-untyped-def]
+    # an interval far longer than the test: the end of the turn must not wait for it (the relay's thread used to
+    # sleep through it first)
+    rt = make_rt(live_updates=True)
+    fake_feishu.rate_limit_qps = None
+    fake_feishu.add_message("om_e", "oc_e", "text", {"text": "question"})
+    sid, seq = _turn_input(rt, "oc_e", "om_e")
+    relay = LiveRelay(rt, workers=1, min_interval=120.0)
+    turn_id = uuid.uuid4().hex
+    try:
+        relay.dispatch(_updated(sid, turn_id, seq, [{"type": "text", "text": "first"}], 1))
+        card_id = wait_for(lambda: next(iter(fake_feishu.cards), None))
+        relay.dispatch(_updated(sid, turn_id, seq, [{"type": "text", "text": "second"}], 2))
+        time.sleep(0.5)  # the relay takes the second update and starts waiting for its time
+        relay.dispatch(_completed(sid, turn_id, seq, "", status="failed"))
+        wait_for(lambda: fake_feishu.cards[card_id]["closed"], timeout=20)
+        assert fake_feishu.cards[card_id]["texts"] == []  # the pending update is dropped: the turn is over
+    finally:
+        relay.stop()
+
+
 def test_without_a_card_the_answer_is_a_normal_reply_and_no_card_starts_later(make_rt, fake_feishu) -> None:  # type: ignore[no-untyped-def]
     rt = make_rt(live_updates=True)
     adapter = rt.channels.adapter("feishu")
