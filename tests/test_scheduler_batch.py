@@ -94,7 +94,9 @@ def test_a_batch_fires_every_kind_once_and_moves_each_schedule_on(rt: Runtime) -
     assert sorted(_chat_texts(rt, "web", "burst")) == [f"hello from b.msg.{i}" for i in range(3)]
     for i in range(3):
         assert _outcomes(rt, f"b.msg.{i}") == [(DUE, "ok")]
-        assert DUE + 1 < _job(rt, f"b.msg.{i}").next_due_at == _next_after(rt, f"b.msg.{i}")
+        # moved past this due time; an interval counts from the job's creation, so the next one may be under a
+        # second away (the test read `DUE + 1 <` and failed about once in 60 runs)
+        assert DUE < _job(rt, f"b.msg.{i}").next_due_at == _next_after(rt, f"b.msg.{i}")
         assert _job(rt, f"b.msg.{i}").last_outcome == "ok"
         assert _entry(rt, f"b.msg.{i}") == _next_after(rt, f"b.msg.{i}")
     assert _outcomes(rt, "b.agent") == [(DUE, "running")]  # the turn's end records it
