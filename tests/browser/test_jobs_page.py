@@ -73,3 +73,29 @@ def test_jobs_page_creates_pauses_and_runs_a_job(stack: Stack, new_page: Any, pa
     assert run.count() == 1, page.locator("#job-runs").inner_text()
     screenshot(page, "job-runs-laptop")
     assert [e for e in page_errors.errors if "status of 400" not in e] == []
+
+
+def test_a_slow_list_does_not_replace_the_editor_opened_meanwhile(stack: Stack, new_page: Any, page_errors: Any) -> None:
+    # the list's answer is held back until "New job" has opened the editor; when it comes, the editor stays
+    page = new_page()
+    held: list[Any] = []
+    hold = [True]
+    page.route("**/api/jobs", lambda route: held.append(route) if hold[0] else route.continue_())
+    page.goto(stack.http + "/")
+    page.wait_for_selector(".app[data-conn=open]")
+    page.click(".nav-link[data-page=jobs]")
+    page.wait_for_selector("#job-new")
+    while not held:  # the page's request has reached the route
+        page.wait_for_timeout(50)
+    page.click("#job-new")
+    page.wait_for_selector("#job-editor")
+    hold[0] = False
+    for route in held:
+        route.continue_()
+    # the list arrives now; the hooks' request after it shows the page has had its answer and drawn it
+    page.wait_for_load_state("networkidle")
+    page.wait_for_timeout(300)
+    assert page.locator("#job-editor").count() == 1 and page.locator("#jobs-table, #jobs-empty").count() == 0
+    page.fill("#job-editor", json.dumps(JOB))
+    page.click("#job-save")
+    page.wait_for_function("() => /^Not saved: target/.test(document.querySelector('#job-status')?.textContent)")

@@ -66,9 +66,15 @@ export function createPage(ctx) {
       h("td", { class: "actions" }, view, " ", buttons(job, load)));
   }
 
+  // What the page shows is the newest of the list, a job or the editor the user asked for: an answer that
+  // arrives after the user moved on (a slow list load, then "New job") is dropped, not drawn over the editor.
+  let view = 0;
+
   async function load() {
+    const mine = ++view;
     try {
       const data = await api("/api/jobs");
+      if (mine !== view) return;
       const hint = data.enabled ? null
         : h("div", { class: "card hint" }, "The scheduler is turned off (", h("code", null, "scheduler.enabled"), " is false): jobs are kept but none runs.");
       body.replaceChildren(...[hint, data.jobs.length
@@ -77,9 +83,10 @@ export function createPage(ctx) {
           h("tbody", null, data.jobs.map(row))))
         : h("div", { class: "card", id: "jobs-empty" }, "No jobs yet. Create one here, ask the agent (scheduler_manage), or run ",
           h("code", null, "picobot jobs add job.json"), ".")].filter(Boolean));
-      body.append(...(await webhooks()));
+      const hooks = await webhooks();
+      if (mine === view) body.append(...hooks);
     } catch (err) {
-      body.replaceChildren(errorBox(err));
+      if (mine === view) body.replaceChildren(errorBox(err));
     }
   }
 
@@ -115,8 +122,10 @@ export function createPage(ctx) {
   }
 
   async function open(id) {
+    const mine = ++view;
     try {
       const job = await api(`${path(id)}?runs=50`);
+      if (mine !== view) return;
       const back = h("button", { class: "btn small", type: "button", id: "job-back" }, "Back to the list");
       back.addEventListener("click", load);
       const editBtn = h("button", { class: "btn small", type: "button", id: "job-edit", disabled: job.source !== "user" }, "Edit");
@@ -133,11 +142,12 @@ export function createPage(ctx) {
           h("thead", null, h("tr", null, ["Due", "Outcome", "Ran", "Session / turn", "Error"].map((t) => h("th", null, t)))),
           h("tbody", null, job.runs.length ? job.runs.map(runRow) : h("tr", null, h("td", { colspan: 5, class: "muted" }, "No runs yet.")))))));
     } catch (err) {
-      body.replaceChildren(errorBox(err));
+      if (mine === view) body.replaceChildren(errorBox(err));
     }
   }
 
   function edit(job) {
+    view += 1;
     const editor = h("textarea", { id: "job-editor", class: "skill-editor", spellcheck: "false" });
     const start = job ? Object.fromEntries(EDITABLE.filter((k) => job[k] != null).map((k) => [k, job[k]])) : template();
     editor.value = JSON.stringify(start, null, 2);
