@@ -121,6 +121,17 @@ def answers_oddly(conn: socket.socket, done: threading.Event) -> None:
     done.wait()
 
 
+def ends_before_accepted(conn: socket.socket, done: threading.Event) -> None:
+    """The turn's end first, then `accepted`: the gateway enqueues the turn before it answers, and a fast turn's
+    events reach the socket on another path."""
+    _handshake(conn)
+    _send_text(conn, READY)
+    frame_id = json.loads(_recv_frame(conn)).get("id")
+    _send_text(conn, {"type": "turn_completed", "inbound_seqs": [7], "status": "completed", "final_text": "early answer"})
+    _send_text(conn, {"type": "accepted", "id": frame_id, "seq": 7, "fate": "started"})
+    done.wait()
+
+
 Behaviour = Callable[[socket.socket, threading.Event], None]
 
 
@@ -257,6 +268,13 @@ def test_odd_frames_from_the_gateway_do_not_break_the_client(tmp_path: Path, ser
     result = _chat(tmp_path, server.url, stdin="hello\n")
     assert result.returncode == 0, result.stderr
     assert "dialog \\ud800" in result.stdout and "Traceback" not in result.stderr
+
+
+def test_a_turn_that_ends_before_its_accepted_frame_is_still_the_reply(tmp_path: Path, serve) -> None:
+    server = serve(ends_before_accepted)
+    result = _chat(tmp_path, server.url, "-m", "hello", "--timeout", "5")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "early answer\n"
 
 
 def test_an_unreachable_gateway_is_one_line_too(tmp_path: Path) -> None:

@@ -218,6 +218,9 @@ def _send_and_wait(client: ChatClient, text: str, timeout: float) -> int:
                  **({"command": text} if is_command else {"content": text})})
     deadline = time.monotonic() + timeout
     seq = None
+    # The gateway enqueues the turn before it answers `accepted`, and the turn's events come on another path:
+    # a fast turn's end can arrive first. Ends seen before `accepted` are kept and matched when it comes.
+    ended: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
         try:
             frame = client.recv(max(0.1, deadline - time.monotonic()))
@@ -233,13 +236,23 @@ def _send_and_wait(client: ChatClient, text: str, timeout: float) -> int:
                 return 1
             if kind == "accepted":
                 seq = frame.get("seq")
-        elif kind == "turn_completed" and seq is not None and _lists(frame.get("inbound_seqs"), seq):
-            if frame.get("status") == "completed":
-                print(frame.get("final_text", ""))
-                return 0
-            print(f"error: turn {frame.get('status')}: {frame.get('error') or ''}".rstrip(": "), file=sys.stderr)
-            return 1
+                done = next((f for f in ended if _lists(f.get("inbound_seqs"), seq)), None)
+                if done is not None:
+                    return _print_end(done)
+        elif kind == "turn_completed":
+            if seq is None:
+                ended.append(frame)
+            elif _lists(frame.get("inbound_seqs"), seq):
+                return _print_end(frame)
     print(f"error: no reply within {timeout:g} s", file=sys.stderr)
+    return 1
+
+
+def _print_end(frame: dict[str, Any]) -> int:
+    if frame.get("status") == "completed":
+        print(frame.get("final_text", ""))
+        return 0
+    print(f"error: turn {frame.get('status')}: {frame.get('error') or ''}".rstrip(": "), file=sys.stderr)
     return 1
 
 
