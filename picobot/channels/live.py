@@ -112,15 +112,17 @@ class LiveRelay:
                 turn.inbound_seqs = [s for s in frame.get("inbound_seqs") or [] if isinstance(s, int)]
             else:
                 turn.finished, turn.pending = frame, None
-            if turn.running:
-                resume = turn.waiting and turn.finished is not None  # the end does not wait for an interval
+            if not turn.running:
+                turn.running = True
+                waiting = False
+            elif turn.waiting and turn.finished is not None:  # the end does not wait for an interval
+                waiting = True
             else:
-                turn.running = resume = True
-        if resume:
-            if turn.waiting:
-                self._resume(turn)
-            else:
-                self._pool.submit(self._drain, turn)
+                return  # the thread draining it, or its timer, takes the new state
+        if waiting:
+            self._resume(turn)
+        else:
+            self._pool.submit(self._drain, turn)
 
     def _turn(self, turn_id: str, session_id: str) -> _Turn | None:
         with self._lock:
