@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -324,6 +325,50 @@ def _own_jiffies() -> int:
     with open("/proc/self/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return sum(int(x) for x in fields[11:15])
+
+
+class CpuSampler:
+    """Cumulative CPU of named groups of processes and the machine's busy time, read from /proc every
+    `interval` seconds in a thread, so the CPU each group spent between two instants (wall clock, as the
+    fake LLM stamps its requests) can be read afterwards. /proc counts in ticks of 1/CLK_TCK s (10 ms),
+    so a group's figure over a window is good to about one tick; the sampler itself costs ~1 % of a core."""
+
+    def __init__(self, groups: dict[str, list[int]], interval: float = 0.01):
+        self.groups = groups
+        self.interval = interval
+        self.samples: list[tuple[float, dict[str, float], int]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "CpuSampler":
+        self._sample()
+        self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def _sample(self) -> None:
+        cpu = {name: cpu_seconds(pids) for name, pids in self.groups.items()}
+        self.samples.append((time.time(), cpu, _machine_jiffies()[0]))
+
+    def between(self, t0: float, t1: float) -> tuple[dict[str, float], float]:
+        """(CPU seconds per group, the machine's busy CPU seconds in all) from the last sample at or
+        before t0 to the first at or after t1."""
+        if not self.samples:
+            return {name: 0.0 for name in self.groups}, 0.0
+        before = [s for s in self.samples if s[0] <= t0] or self.samples[:1]
+        after = [s for s in self.samples if s[0] >= t1] or self.samples[-1:]
+        a, b = before[-1], after[0]
+        return {name: b[1][name] - a[1][name] for name in self.groups}, (b[2] - a[2]) / CLK_TCK
 
 
 class MachineLoad:
@@ -703,7 +748,7 @@ if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "trace":
     raise SystemExit(_trace_main(sys.argv[2:]))
 
 
-__all__ = ["Bench", "FakeLLMProcess", "MachineLoad", "Metric", "Result", "Stack", "WsClient", "base_config",
+__all__ = ["Bench", "CpuSampler", "FakeLLMProcess", "MachineLoad", "Metric", "Result", "Stack", "WsClient", "base_config",
            "cpu_seconds", "install_trace", "log", "main", "p50_p99", "percentile", "pg_schema", "process_tree",
            "pss_mb", "read_trace", "rss_mb", "running_stack", "self_cpu_seconds", "thread_count", "timed_turn",
            "trace_summary", "trace_timeline"]

@@ -9,6 +9,7 @@ directly with the openai SDK (100 threads) against the same fake LLM.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -18,12 +19,14 @@ from pathlib import Path
 
 from picobot.cli.processes import worker_count
 from scripts.bench.common import (
-    Bench, Result, WsClient, log, main, percentile, read_trace, running_stack, timed_turn, trace_summary,
+    Bench, CpuSampler, Result, WsClient, log, main, percentile, process_tree, read_trace, running_stack, timed_turn,
+    trace_summary,
 )
 
 NAME = "concurrency"
 MARK = "BENCH-CONC"
 TARGET_RATIO = 0.9
+TICK_MS = 1000 // os.sysconf("SC_CLK_TCK")
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -88,8 +91,8 @@ def _round(clients: list[WsClient], label: str) -> tuple[float, list[float], flo
             max(done))
 
 
-def _direct_round(base_url: str, n: int) -> float:
-    """n concurrent streamed calls straight to the fake; seconds from first start to last end."""
+def _direct_round(base_url: str, n: int) -> tuple[float, float]:
+    """n concurrent streamed calls straight to the fake; (seconds from first start to last end, first start)."""
     import openai
 
     sdk = openai.OpenAI(base_url=base_url, api_key="sk-bench-direct", max_retries=0, timeout=60)
@@ -114,7 +117,16 @@ def _direct_round(base_url: str, n: int) -> float:
     sdk.close()
     if len(spans) != n:
         raise RuntimeError(f"only {len(spans)} of {n} direct calls finished")
-    return max(e for _, e in spans) - min(s for s, _ in spans)
+    return max(e for _, e in spans) - min(s for s, _ in spans), min(s for s, _ in spans)
+
+
+def _process_groups(bench: Bench) -> dict[str, list[int]]:
+    """The processes whose CPU the rounds share the cores with, by role."""
+    groups = {"workers": bench.worker_pids(), "web": bench.web_pids(), "fake LLM": [bench.llm.pid],
+              "Redis": [bench.stack.redis_proc.pid], "benchmark (the clients)": [os.getpid()]}
+    if "beat" in bench.stack.procs:
+        groups["beat"] = process_tree(bench.stack.procs["beat"].pid)
+    return groups
 
 
 def measure(bench: Bench, sessions: int, delay_ms: int, rounds: int) -> Result:
@@ -130,11 +142,16 @@ def measure(bench: Bench, sessions: int, delay_ms: int, rounds: int) -> Result:
     latencies: list[float] = []
     phases: list[dict[str, float]] = []
     windows: list[tuple[float, float]] = []
+    before_calls: list[dict[str, float]] = []
     for r in range(rounds):
         llm.reset()  # record only this round's model calls
         llm.add_rule(MARK, rule, repeat=True)
-        secs, lat, first_sent, last_accepted, last_done = _round(clients, f"r{r}")
+        with CpuSampler(_process_groups(bench)) as sampler:
+            secs, lat, first_sent, last_accepted, last_done = _round(clients, f"r{r}")
         calls = sorted(q["time"] for q in llm.requests() if q["path"].endswith("/chat/completions"))
+        # the CPU every process spent until the last model call went out: what that call waited for
+        by_group, machine = sampler.between(first_sent, calls[-1])
+        before_calls.append({**by_group, "machine": machine, "window": calls[-1] - first_sent})
         phases.append({
             "all_accepted_s": last_accepted - first_sent,
             "first_call_s": calls[0] - first_sent,
@@ -146,7 +163,17 @@ def measure(bench: Bench, sessions: int, delay_ms: int, rounds: int) -> Result:
         elapsed.append(secs)
         latencies += lat
         log(f"concurrency: round {r + 1}: {sessions} turns in {secs:.2f} s = {sessions / secs:.1f} turns/s")
-    direct = [_direct_round(llm.openai_url, sessions) for _ in range(2)]
+    direct: list[float] = []
+    direct_before: list[dict[str, float]] = []
+    for _ in range(2):
+        llm.reset()
+        llm.add_rule(MARK, rule, repeat=True)
+        with CpuSampler(_process_groups(bench)) as sampler:
+            secs, first_start = _direct_round(llm.openai_url, sessions)
+        calls = sorted(q["time"] for q in llm.requests() if q["path"].endswith("/chat/completions"))
+        by_group, machine = sampler.between(first_start, calls[-1])
+        direct_before.append({**by_group, "machine": machine, "window": calls[-1] - first_start})
+        direct.append(secs)
     for c in clients:
         c.close()
 
@@ -174,9 +201,31 @@ def measure(bench: Bench, sessions: int, delay_ms: int, rounds: int) -> Result:
         f"  last model call arrives at       {med('all_calls_started_s'):6.2f} s   (ideal: ~0)",
         f"  last turn_completed, after the last model call ended  {med('last_call_end_to_last_done_s'):6.2f} s",
     ]
+    res.notes += _cpu_before_calls(before_calls, sessions, "PicoBot")
+    res.notes += _cpu_before_calls(direct_before, sessions, "the direct SDK (the benchmark process makes the calls)")
     res.raw = {"elapsed": elapsed, "direct": direct, "latencies_ms": latencies, "phases": phases,
-               "windows": windows}
+               "windows": windows, "cpu_before_last_call": before_calls}
     return res
+
+
+def _cpu_before_calls(rounds: list[dict[str, float]], sessions: int, label: str) -> list[str]:
+    """Where the CPU went from the first send until the last model call arrived (median round), and the
+    earliest that call could have left had every process's CPU been spread over all cores."""
+    cores = os.cpu_count() or 1
+    med = lambda k: statistics.median(r[k] for r in rounds)  # noqa: E731
+    groups = [k for k in rounds[0] if k not in ("machine", "window")]
+    window, machine = med("window"), med("machine")
+    lines = [f"{label}: CPU from the first send until the last model call arrived (median round, {window:.2f} s; "
+             f"/proc counts in ticks of {TICK_MS} ms):"]
+    for name in sorted(groups, key=med, reverse=True):
+        if med(name) == 0:
+            continue
+        lines.append(f"  {name:26s} {med(name) * 1000:6.0f} ms  = {med(name) * 1000 / sessions:5.2f} ms a turn")
+    lines.append(f"  the whole machine          {machine * 1000:6.0f} ms  = {machine / (window * cores) * 100:3.0f} % of "
+                 f"its {cores} cores over that window; on all {cores} cores at once that CPU alone takes "
+                 f"{machine / cores:.2f} s")
+    return lines
+
 
 
 if __name__ == "__main__":
