@@ -70,14 +70,17 @@ def test_procfile_has_every_process_and_matches_the_cli() -> None:
 
     worker = procfile_argv("worker", "8000")
     cli_worker = processes.worker_argv()
-    assert worker[:4] == ["celery", "-A", "worker.app", "worker"]
+    # Celery's worker command without the plugins `celery` imports (worker/celery_cli.py), as `picobot worker`
+    assert worker[:6] == ["python", "-m", "worker.celery_cli", "-A", "worker.app", "worker"]
+    assert worker[1:6] == cli_worker[1:6]
     for opt in ("-P", "-c", "-Q"):
         assert option(worker, opt) == option(cli_worker, opt), opt
     assert {"--without-mingle", "--without-gossip"} <= set(worker)
     assert "-E" not in worker and "-E" not in cli_worker  # task events on demand (Flower switches them on)
 
     beat = procfile_argv("beat", "8000")
-    assert beat[:4] == ["celery", "-A", "worker.app", "beat"]
+    assert beat[:6] == ["python", "-m", "worker.celery_cli", "-A", "worker.app", "beat"]
+    assert beat[1:6] == processes.beat_argv()[1:6]
     assert option(beat, "-S") == option(processes.beat_argv(), "-S")
 
     flower = procfile_argv("flower", "5555")

@@ -24,12 +24,15 @@ def web_argv(config: Config, bind: str | None = None, threads: int = 1100) -> li
 
 DEFAULT_WORKER_CONCURRENCY = 200
 MAX_WORKER_CONCURRENCY = 2000
+# Celery's worker and beat commands without its umbrella command, which imports every installed Celery CLI
+# plugin (Flower and tornado) into each process (worker/celery_cli.py); the same arguments as `celery`
+CELERY_CLI = "worker.celery_cli"
 
 
 def worker_argv(concurrency: int | None = None, queues: str = WORKER_QUEUES, name: str | None = None) -> list[str]:
     """`concurrency`: threads (turns at once) of the worker; None: $PICOBOT_WORKER_CONCURRENCY, else 200."""
     threads = worker_concurrency() if concurrency is None else concurrency
-    argv = [sys.executable, "-m", "celery", "-A", "worker.app", "worker", "-P", "threads", "-c", str(threads),
+    argv = [sys.executable, "-m", CELERY_CLI, "-A", "worker.app", "worker", "-P", "threads", "-c", str(threads),
             "-Q", queues, "--loglevel", "INFO", "--without-mingle", "--without-gossip"]
     if name:
         argv += ["-n", name]
@@ -37,7 +40,7 @@ def worker_argv(concurrency: int | None = None, queues: str = WORKER_QUEUES, nam
 
 
 def beat_argv() -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "worker.app", "beat", "-S", "worker.beat.PicoBeatScheduler",
+    return [sys.executable, "-m", CELERY_CLI, "-A", "worker.app", "beat", "-S", "worker.beat.PicoBeatScheduler",
             "--loglevel", "INFO"]
 
 

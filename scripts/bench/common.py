@@ -196,7 +196,7 @@ def _start_traced(stack: Stack, worker_concurrency: int, trace_dir: Path, worker
     wait_for(lambda: stack._http_ok("/health"), 30, "web did not start")
     for i in range(1, workers + 1):
         worker = worker_argv(concurrency=worker_concurrency, name=f"w{i}@%h")
-        _spawn_traced(stack, f"w{i}", "worker", worker[3:], trace_dir)  # drop "python -m celery"
+        _spawn_traced(stack, f"w{i}", "worker", worker[3:], trace_dir)  # drop "python -m worker.celery_cli"
         wait_for(lambda: any(n.startswith(f"w{i}@") for n in stack.workers_alive()), 40, f"worker w{i} did not start")
 
 
@@ -737,11 +737,9 @@ def _trace_main(argv: list[str]) -> int:
         sys.argv = ["gunicorn", *rest]
         gunicorn_run()
         return 0
-    from celery.__main__ import main as celery_main
+    from worker.celery_cli import main as celery_main  # what `picobot worker` runs
 
-    sys.argv = ["celery", *rest]
-    celery_main()
-    return 0
+    return celery_main(rest)
 
 
 if __name__ == "__main__" and len(sys.argv) > 2 and sys.argv[1] == "trace":

@@ -76,7 +76,7 @@ def _traced_stack(args: argparse.Namespace) -> Iterator[tuple[Bench, Path]]:
         stack.start_web()
         log_file = open(stack.logs / "w1.log", "ab")
         stack._log_files.append(log_file)
-        argv = worker_argv(concurrency=args.worker_concurrency, name="w1@%h")[3:]  # drop "python -m celery"
+        argv = worker_argv(concurrency=args.worker_concurrency, name="w1@%h")[3:]  # drop "python -m worker.celery_cli"
         env = dict(stack.env, PICOBOT_SOAK_SNAPS=str(snaps),
                    PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), stack.env.get("PYTHONPATH")])))
         stack.procs["w1"] = subprocess.Popen([sys.executable, "-m", "scripts.bench.soak", "traced-worker", *argv],
@@ -138,11 +138,9 @@ def _traced_worker(argv: list[str]) -> int:
             time.sleep(0.3)
 
     threading.Thread(target=watch, name="soak-tracemalloc", daemon=True).start()
-    from celery.__main__ import main as celery_main
+    from worker.celery_cli import main as celery_main  # what `picobot worker` runs
 
-    sys.argv = ["celery", *argv]
-    celery_main()
-    return 0
+    return celery_main(argv)
 
 
 def measure(bench: Bench, args: argparse.Namespace, snaps: Path | None = None) -> Result:

@@ -2,9 +2,9 @@
 and what `picobot feishu` spends importing lark-oapi.
 
 Baselines in the same run: the same process started by its framework's own command line (the Procfile's
-`python -m gunicorn ... web.app:create_app()` and `python -m celery -A worker.app worker|beat ...`, which no
-PicoBot command wraps), and a full `import lark_oapi` (what `picobot feishu` imported before it loaded the
-ws client alone). Runs alternate (CLI, baseline, CLI, ...); the medians are printed.
+`python -m gunicorn ... web.app:create_app()` and `python -m celery -A worker.app worker|beat ...`; PicoBot
+runs the same Celery commands through `worker/celery_cli.py`, without the plugins `celery` imports), and a
+full `import lark_oapi` (what `picobot feishu` imported before it loaded the ws client alone). Runs alternate (CLI, baseline, CLI, ...); the medians are printed.
 
 A process is idle when its tree used under 3 % of a core over the last second; the test suite starts a few
 hundred of these processes, so their start-up is most of its CPU.
@@ -63,6 +63,12 @@ def python_cpu(code: str) -> float:
     return (after.children_user - before.children_user) + (after.children_system - before.children_system)
 
 
+def _as_celery(argv: list[str]) -> list[str]:
+    """The same worker or beat line run by `python -m celery`."""
+    assert argv[1] == "-m"
+    return [argv[0], "-m", "celery", *argv[3:]]
+
+
 def run(args: argparse.Namespace) -> Result:
     from picobot.cli.processes import beat_argv, web_argv, worker_argv
     from picobot.config.loader import load_config
@@ -75,8 +81,10 @@ def run(args: argparse.Namespace) -> Result:
     config = load_config(environ=stack.env)
     lines = {
         "web": (["web", "--bind", f"127.0.0.1:{stack.port}"], web_argv(config, bind=f"127.0.0.1:{stack.port}")),
-        "worker": (["worker", "-c", "50"], worker_argv(concurrency=50)),
-        "beat": (["beat"], beat_argv()),
+        # the framework's own command line: `python -m celery` (PicoBot runs the same commands through
+        # worker/celery_cli.py, without the plugins Celery's umbrella command imports)
+        "worker": (["worker", "-c", "50"], _as_celery(worker_argv(concurrency=50))),
+        "beat": (["beat"], _as_celery(beat_argv())),
     }
     try:
         for role, (cli, direct) in lines.items():
