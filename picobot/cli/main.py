@@ -146,12 +146,16 @@ def _uses_demo(config: Config) -> bool:
 
 def cmd_web(args: argparse.Namespace) -> int:
     from picobot.cli.processes import exec_argv, web_argv
-    from picobot.storage.db import Database
+    from picobot.storage.schema_head import sqlite_at_head
 
     config = _process_config()
-    db = Database(config.database_url)
-    db.migrate()
-    db.dispose()  # gunicorn forks its worker next: no connection of this engine goes along
+    # gunicorn runs in this process next, and its master keeps what this imported (storage/schema_head.py)
+    if not sqlite_at_head(config.database_url):
+        from picobot.storage.db import Database
+
+        db = Database(config.database_url)
+        db.migrate()
+        db.dispose()  # gunicorn forks its worker next: no connection of this engine goes along
     return exec_argv(web_argv(config, bind=args.bind))
 
 

@@ -16,11 +16,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from picobot.storage.group_commit import GroupCommit
+from picobot.storage.schema_head import SCHEMA_HEAD
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-# The newest migration's revision: a database already there is migrated with one query instead of alembic's
-# start-up (about half a second of CPU in every process). tests/test_migrations.py holds it to alembic's head.
-SCHEMA_HEAD = "0019"
 
 T = TypeVar("T")
 
