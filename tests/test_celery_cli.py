@@ -85,3 +85,18 @@ def test_the_command_parses_as_celerys_and_loads_no_flower(command: str, option:
 def test_a_bad_option_is_refused_with_celerys_usage_error(tmp_path: Path) -> None:
     ours, _ = _probe(["-A", "worker.app", "worker", "--no-such-option"], tmp_path)
     assert ours["code"] == 2  # click's usage error, as `celery worker --no-such-option`
+
+
+def test_a_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.json").write_text('{"gateway": {"port": "nope"}}')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PICOBOT_", "REDIS_URL", "DATABASE_URL"))}
+    env.update(PICOBOT_HOME=str(home), REDIS_URL="redis://127.0.0.1:1/0")
+    for command in ("worker", "beat"):
+        r = subprocess.run([sys.executable, "-m", "worker.celery_cli", "-A", "worker.app", command], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert r.stderr.strip().splitlines() == [
+            f"picobot: config error at gateway.port: Input should be a valid integer, unable to parse string as an "
+            f"integer (in {home / 'config.json'})"]

@@ -52,7 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     from celery.app.utils import find_app
     from celery.bin.base import CLIContext
 
-    app = find_app(app_name)
+    from picobot.errors import ConfigError
+
+    try:
+        app = find_app(app_name)  # worker.app loads and checks the configuration as it is imported
+    except ConfigError as exc:  # one line and exit 2, as `picobot worker` says it, not a traceback
+        print(f"picobot: {exc}", file=sys.stderr)
+        return 2
     if app.user_options.get("preload"):  # options of the umbrella command itself: only it parses them
         return _celery(args)
     if name == "worker":
