@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +42,23 @@ def serve_app() -> Flask:
     return app
 
 
+def _make_celery(config: Config) -> Any:
+    from worker.celery_app import make_celery
+
+    return make_celery(config)
+
+
 def create_app(config: Config | None = None, overrides: dict[str, Any] | None = None,
                runtime: Runtime | None = None) -> Flask:
     if config is None and runtime is None:
         apply_dotenv(picobot_home(), Path.cwd())
         config = load_config()
     if runtime is None:
-        from worker.celery_app import make_celery
         from worker.queue import CeleryTaskQueue
 
         assert config is not None
-        runtime = build_runtime(config, CeleryTaskQueue(make_celery(config)), migrate=True)
+        # the Celery app is made on the web's first send that needs it: its turns are direct messages
+        runtime = build_runtime(config, CeleryTaskQueue.lazy(config, partial(_make_celery, config)), migrate=True)
     setup_logging(runtime.config)
     runtime.db.group_commit = True  # the web acknowledges input while clients wait: commit it in groups
 

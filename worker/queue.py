@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from celery import Celery
+import threading
+from typing import TYPE_CHECKING, Any, Callable
 
 from worker import turn_message
 from picobot.runtime.task_names import (
@@ -12,12 +11,41 @@ from picobot.runtime.task_names import (
     TURN_TASK,
 )
 
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from picobot.config import Config
+
 
 class CeleryTaskQueue:
-    def __init__(self, app: Celery):
-        self.app = app
+    def __init__(self, app: "Celery"):
+        self._app: "Celery | None" = app
+        self._make: "Callable[[], Celery] | None" = None
+        self._lock = threading.Lock()
         # a turn's message straight onto the Redis list where the broker allows it (worker/turn_message.py)
-        self._turns = turn_message.TurnPublisher(app) if turn_message.usable(app) else None
+        self._turns = turn_message.TurnPublisher.for_app(app) if turn_message.usable(app) else None
+
+    @classmethod
+    def lazy(cls, config: "Config", make: "Callable[[], Celery]") -> "CeleryTaskQueue":
+        """The web's queue: its turns go out as direct messages, told from the config, and the Celery app (~14 MB
+        and ~0.15 s of imports) is made on the first other send (a platform event, a delivery, a job run now, a
+        compaction) — or at once where a turn needs `send_task` (another broker, tracing)."""
+        queue = cls.__new__(cls)
+        queue._app, queue._make, queue._lock = None, make, threading.Lock()
+        direct = turn_message.usable_for(config)
+        queue._turns = turn_message.TurnPublisher(turn_message.resolve_broker_url(config)) if direct else None
+        if not direct:
+            queue._app = make()  # every turn goes through it
+        return queue
+
+    @property
+    def app(self) -> "Celery":
+        if self._app is None:
+            with self._lock:
+                if self._app is None:
+                    assert self._make is not None
+                    self._app = self._make()
+        return self._app
 
     def enqueue_turn(self, session_id: str, queue: str = QUEUE_TURNS) -> None:
         # queue: QUEUE_SCHEDULED for a scheduled job's turn (never on the turns queue's slots)

@@ -21,19 +21,28 @@ import os
 import socket
 import threading
 import uuid
-from typing import Any
-
-from celery import Celery
-from celery.utils.saferepr import saferepr
+from typing import TYPE_CHECKING, Any
 
 from picobot.config.home import url_scheme
+from picobot.runtime.redis_url import resolve_broker_url
 from picobot.runtime.task_names import TURN_TASK
+
+if TYPE_CHECKING:  # the web publishes turns without importing Celery (worker/queue.py, CeleryTaskQueue.lazy)
+    from celery import Celery
+
+    from picobot.config import Config
 
 ARGSREPR_MAXSIZE = 1024  # as Celery's AMQP.argsrepr_maxsize
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
 
-def usable(app: Celery) -> bool:
+def usable_for(config: "Config") -> bool:
+    """What `usable` says of the app `worker.celery_app.make_celery(config)` makes, told from the config alone:
+    that app uses our transport exactly for a redis:// or rediss:// broker, and never sets a key prefix."""
+    return url_scheme(resolve_broker_url(config)) in ("redis", "rediss") and not config.tracing.enabled
+
+
+def usable(app: "Celery") -> bool:
     """The app publishes through our Redis transport (worker/broker.py), with nothing that would change
     a message on its way: no key prefix, no tracing headers."""
     conf = app.conf
@@ -59,7 +68,7 @@ def build(session_id: str, queue: str, origin: str, reply_to: str) -> str:
         "headers": {
             "lang": "py", "task": TURN_TASK, "id": task_id, "shadow": None, "eta": None, "expires": None,
             "group": None, "group_index": None, "retries": 0, "timelimit": [None, None], "root_id": task_id,
-            "parent_id": None, "argsrepr": saferepr(args, ARGSREPR_MAXSIZE), "kwargsrepr": "{}", "origin": origin,
+            "parent_id": None, "argsrepr": _argsrepr(args), "kwargsrepr": "{}", "origin": origin,
             "ignore_result": None, "replaced_task_nesting": 0, "stamped_headers": None, "stamps": {},
         },
         "properties": {
@@ -70,16 +79,35 @@ def build(session_id: str, queue: str, origin: str, reply_to: str) -> str:
     })
 
 
-class TurnPublisher:
-    """LPUSHes turn messages with one Redis client per process (rebuilt after a fork)."""
+def _argsrepr(args: list[str]) -> str:
+    """What Celery's `saferepr(args, ARGSREPR_MAXSIZE)` makes of a list of one string, without importing Celery
+    (the web publishes turns without it): the string quoted as is but for its `'`, cut at the last space before
+    the limit with `...` (celery.utils.saferepr `_format_chars` and celery.utils.text `truncate`;
+    tests/test_turn_message.py compares the two on hostile and long strings)."""
+    (text,) = args
+    limit = ARGSREPR_MAXSIZE - 1  # after the "["
+    if len(text) >= limit:
+        text = text[:limit].rsplit(" ", 1)[0] + "..."
+    return "['{}']".format(text.replace("'", "\\'"))
 
-    def __init__(self, app: Celery):
-        self.app = app
+
+class TurnPublisher:
+    """LPUSHes turn messages with one Redis client per process (rebuilt after a fork).
+
+    `reply_to`: the app's `thread_oid`, as Celery fills in; without an app (the web's lazy queue) a random one
+    per publisher, which nothing reads (turn tasks keep no result)."""
+
+    def __init__(self, broker_url: str, reply_to: str | None = None):
+        self.broker_url = broker_url
         self._client: Any = None
         self._pid = 0
         self._origin = ""
         self._lock = threading.Lock()
-        self._reply_to = str(app.thread_oid) if hasattr(app, "thread_oid") else ""
+        self._reply_to = reply_to or str(uuid.uuid4())
+
+    @classmethod
+    def for_app(cls, app: "Celery") -> "TurnPublisher":
+        return cls(str(app.conf.broker_url), str(app.thread_oid) if hasattr(app, "thread_oid") else "")
 
     def _redis(self) -> Any:
         pid = os.getpid()
@@ -88,7 +116,7 @@ class TurnPublisher:
                 if self._client is None or self._pid != pid:
                     import redis
 
-                    self._client = redis.Redis.from_url(str(self.app.conf.broker_url))
+                    self._client = redis.Redis.from_url(self.broker_url)
                     self._origin = f"gen{pid}@{socket.gethostname()}"  # as Celery's anon_nodename()
                     self._pid = pid
         return self._client
