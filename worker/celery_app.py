@@ -10,7 +10,7 @@ from celery import Celery, signals
 
 from picobot.cli.processes import run_at_least_at, task_events, worker_nice
 from picobot.config import Config
-from picobot.config.home import REDIS_SCHEMES, url_scheme
+from picobot.config.home import DIRECT_REDIS_SCHEMES, REDIS_SCHEMES, url_scheme
 from picobot.config.schema import MAX_TICK_SECS
 from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
 from picobot.app import App as Runtime, build_runtime
@@ -57,7 +57,7 @@ def make_celery(config: Config) -> PicoCelery:
     app.conf.update(
         broker_url=broker,
         # kombu's Redis transport minus a client per publish (other schemes, e.g. sentinel:// or amqp://, keep kombu's)
-        broker_transport="worker.broker:Transport" if url_scheme(broker) in ("redis", "rediss") else None,
+        broker_transport="worker.broker:Transport" if url_scheme(broker) in DIRECT_REDIS_SCHEMES else None,
         broker_connection_retry_on_startup=True,
         broker_transport_options=_transport_options(broker),
         task_ignore_result=True,

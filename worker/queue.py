@@ -6,6 +6,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from worker import turn_message
+from picobot.runtime.redis_url import resolve_broker_url
 from picobot.runtime.task_names import (
     CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_TASK, QUEUE_OUTBOUND, QUEUE_MAINTENANCE, QUEUE_SCHEDULED, QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK,
     TURN_TASK,
@@ -18,25 +19,23 @@ if TYPE_CHECKING:
 
 
 class CeleryTaskQueue:
-    def __init__(self, app: "Celery"):
-        self._app: "Celery | None" = app
-        self._make: "Callable[[], Celery] | None" = None
-        self._lock = threading.Lock()
-        # a turn's message straight onto the Redis list where the broker allows it (worker/turn_message.py)
-        self._turns = turn_message.TurnPublisher.for_app(app) if turn_message.usable(app) else None
+    def __init__(self, app: "Celery | None" = None, *, make: "Callable[[], Celery] | None" = None,
+                 turns: turn_message.TurnPublisher | None = None):
+        """On `app`; or on the app `make` makes at its first use, with `turns` publishing the turns meanwhile."""
+        self._app, self._make, self._lock = app, make, threading.Lock()
+        if app is not None:
+            # a turn's message straight onto the Redis list where the broker allows it (worker/turn_message.py)
+            turns = turn_message.TurnPublisher.for_app(app) if turn_message.usable(app) else None
+        self._turns = turns
 
     @classmethod
     def lazy(cls, config: "Config", make: "Callable[[], Celery]") -> "CeleryTaskQueue":
         """The web's queue: its turns go out as direct messages, told from the config, and the Celery app (~14 MB
         and ~0.15 s of imports) is made on the first other send (a platform event, a delivery, a job run now, a
         compaction) — or at once where a turn needs `send_task` (another broker, tracing)."""
-        queue = cls.__new__(cls)
-        queue._app, queue._make, queue._lock = None, make, threading.Lock()
-        direct = turn_message.usable_for(config)
-        queue._turns = turn_message.TurnPublisher(turn_message.resolve_broker_url(config)) if direct else None
-        if not direct:
-            queue._app = make()  # every turn goes through it
-        return queue
+        if not turn_message.usable_for(config):
+            return cls(make())  # every turn goes through it
+        return cls(make=make, turns=turn_message.TurnPublisher(resolve_broker_url(config)))
 
     @property
     def app(self) -> "Celery":

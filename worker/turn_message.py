@@ -23,7 +23,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from picobot.config.home import url_scheme
+from picobot.config.home import DIRECT_REDIS_SCHEMES, url_scheme
 from picobot.runtime.redis_url import resolve_broker_url
 from picobot.runtime.task_names import TURN_TASK
 
@@ -39,7 +39,7 @@ _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 def usable_for(config: "Config") -> bool:
     """What `usable` says of the app `worker.celery_app.make_celery(config)` makes, told from the config alone:
     that app uses our transport exactly for a redis:// or rediss:// broker, and never sets a key prefix."""
-    return url_scheme(resolve_broker_url(config)) in ("redis", "rediss") and not config.tracing.enabled
+    return url_scheme(resolve_broker_url(config)) in DIRECT_REDIS_SCHEMES and not config.tracing.enabled
 
 
 def usable(app: "Celery") -> bool:
@@ -48,7 +48,7 @@ def usable(app: "Celery") -> bool:
     conf = app.conf
     if conf.broker_transport != "worker.broker:Transport":
         return False
-    if url_scheme(str(conf.broker_url or "")) not in ("redis", "rediss"):
+    if url_scheme(str(conf.broker_url or "")) not in DIRECT_REDIS_SCHEMES:
         return False
     if (conf.broker_transport_options or {}).get("global_keyprefix"):
         return False

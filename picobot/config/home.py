@@ -17,6 +17,7 @@ RUNTIME_KEYS = ("home", "config_path", "database_url", "redis_url", "broker_url"
 
 # Task brokers PicoBot runs on: Redis (the default) or RabbitMQ (CELERY_BROKER_URL)
 REDIS_SCHEMES = ("redis", "rediss", "sentinel")
+DIRECT_REDIS_SCHEMES = ("redis", "rediss")  # a Redis server by its own address (not found through sentinel)
 AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
 
 

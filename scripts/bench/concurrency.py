@@ -19,7 +19,7 @@ from pathlib import Path
 
 from picobot.cli.processes import worker_count
 from scripts.bench.common import (
-    Bench, CpuSampler, Result, WsClient, log, main, percentile, process_tree, read_trace, running_stack, timed_turn,
+    Bench, CpuSampler, FakeLLMProcess, Result, WsClient, log, main, percentile, process_tree, read_trace, running_stack, timed_turn,
     trace_summary,
 )
 
@@ -129,6 +129,17 @@ def _process_groups(bench: Bench) -> dict[str, list[int]]:
     return groups
 
 
+def _call_times(llm: FakeLLMProcess) -> list[float]:
+    """When each model call of the round reached the fake LLM, in order."""
+    return sorted(q["time"] for q in llm.requests() if q["path"].endswith("/chat/completions"))
+
+
+def _before_last_call(sampler: CpuSampler, start: float, calls: list[float]) -> dict[str, float]:
+    """Each group's CPU, the machine's, and the window from `start` to the last model call's arrival."""
+    by_group, machine = sampler.between(start, calls[-1])
+    return {**by_group, "machine": machine, "window": calls[-1] - start}
+
+
 def measure(bench: Bench, sessions: int, delay_ms: int, rounds: int) -> Result:
     llm = bench.llm
     rule = {"content": "ok, done.", "delay_ms": delay_ms}
@@ -148,10 +159,9 @@ def measure(bench: Bench, sessions: int, delay_ms: int, rounds: int) -> Result:
         llm.add_rule(MARK, rule, repeat=True)
         with CpuSampler(_process_groups(bench)) as sampler:
             secs, lat, first_sent, last_accepted, last_done = _round(clients, f"r{r}")
-        calls = sorted(q["time"] for q in llm.requests() if q["path"].endswith("/chat/completions"))
+        calls = _call_times(llm)
         # the CPU every process spent until the last model call went out: what that call waited for
-        by_group, machine = sampler.between(first_sent, calls[-1])
-        before_calls.append({**by_group, "machine": machine, "window": calls[-1] - first_sent})
+        before_calls.append(_before_last_call(sampler, first_sent, calls))
         phases.append({
             "all_accepted_s": last_accepted - first_sent,
             "first_call_s": calls[0] - first_sent,
@@ -170,9 +180,7 @@ def measure(bench: Bench, sessions: int, delay_ms: int, rounds: int) -> Result:
         llm.add_rule(MARK, rule, repeat=True)
         with CpuSampler(_process_groups(bench)) as sampler:
             secs, first_start = _direct_round(llm.openai_url, sessions)
-        calls = sorted(q["time"] for q in llm.requests() if q["path"].endswith("/chat/completions"))
-        by_group, machine = sampler.between(first_start, calls[-1])
-        direct_before.append({**by_group, "machine": machine, "window": calls[-1] - first_start})
+        direct_before.append(_before_last_call(sampler, first_start, _call_times(llm)))
         direct.append(secs)
     for c in clients:
         c.close()
@@ -225,7 +233,6 @@ def _cpu_before_calls(rounds: list[dict[str, float]], sessions: int, label: str)
                  f"its {cores} cores over that window; on all {cores} cores at once that CPU alone takes "
                  f"{machine / cores:.2f} s")
     return lines
-
 
 
 if __name__ == "__main__":
