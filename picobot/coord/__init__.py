@@ -1,7 +1,8 @@
 """Coordination through Redis, below everything that needs it: leases and the names of all keys.
 
     keys.py   every Redis key, prefix and channel name
-    lease.py  Lease (SET NX PX, token-checked renew and release) and KeptLease (renewed by a thread)
+    lease.py  Lease (SET NX PX, a bounded wait to take it, token-checked renew and release)
+              and KeptLease (renewed by a thread)
 
 It imports only redis and the standard library.
 """

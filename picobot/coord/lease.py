@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from typing import Any
 
 import redis
@@ -76,6 +77,15 @@ class Lease:
     def acquire(self) -> bool:
         """Take the lease if nobody holds it (or extend it if we do); True when we hold it now."""
         return bool(_script(self.r, _ACQUIRE)(keys=[self.key], args=[self.token, self.ttl_ms]))
+
+    def acquire_within(self, wait_secs: float, poll_secs: float = 0.02) -> bool:
+        """acquire(), trying again every `poll_secs` for up to `wait_secs`; True when we hold it now."""
+        deadline = time.monotonic() + wait_secs
+        while not self.acquire():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_secs)
+        return True
 
     def renew(self) -> bool:
         """Extend the lease (re-taking it, with `retake`, if Redis lost it). False: it is not ours."""

@@ -24,7 +24,7 @@ from picobot.channels.feishu import cards
 from picobot.channels.feishu.api import FeishuApi, FeishuError
 from picobot.channels.feishu.config import FeishuConfig
 from picobot.channels.outbound import media_entries, read_image
-from picobot.coord import keys
+from picobot.coord import Lease, keys
 from picobot.storage import outbox
 
 if TYPE_CHECKING:
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("picobot.channels.feishu")
 
 PARENT_GONE = frozenset({230011, 231003})
-CARD_WAIT_SECS = 5.0  # how long deliver() waits for a streaming card still being created
+CARD_WAIT_SECS = 5.0  # how long deliver() waits for a streaming card still being created, and for its lock
+CARD_LOCK_SECS = 10.0  # the final update's hold on the card's lock, should it die holding it
 MAX_IMAGE_BYTES = 10 * 1024 * 1024  # Feishu's limit for an uploaded message image
 
 
@@ -208,7 +209,9 @@ class FeishuAdapter:
         if not record.get("final"):
             record["final"] = True
             r.set(card_key(turn_id), json.dumps(record), ex=3600)  # live.py stops streaming from here on
-            self._wait_lock(card_id)
+            # live.py holds the lock during one streaming call; past the wait the answer goes in anyway
+            lock = Lease(r, card_lock_key(card_id), CARD_LOCK_SECS)
+            lock.acquire_within(CARD_WAIT_SECS)
             try:
                 self.api.stream_text(card_id, cards.STREAM_ELEMENT_ID, text, int(r.incr(card_seq_key(card_id))),
                                      part_uuid(f"final-{card_id}", 0))
@@ -221,17 +224,9 @@ class FeishuAdapter:
                 r.set(card_key(turn_id), json.dumps(record), ex=3600)
                 raise
             finally:
-                r.delete(card_lock_key(card_id))
+                lock.release()  # only if ours: when the wait ran out, the holder's lock stays
             r.set(card_key(turn_id), json.dumps({**record, "closed": True}), ex=3600)
         return str(record.get("message_id") or "")
-
-    def _wait_lock(self, card_id: str) -> None:
-        """Take the card's lock (held by live.py during one streaming call), waiting a few seconds at most."""
-        deadline = time.monotonic() + CARD_WAIT_SECS
-        while not self.rt.redis.set(card_lock_key(card_id), "final", nx=True, px=10_000):
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.02)
 
 
 def _opus_ms(data: bytes) -> int | None:

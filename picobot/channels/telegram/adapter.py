@@ -26,7 +26,7 @@ from picobot.channels.telegram.config import TelegramConfig
 from picobot.channels.telegram.inbound import message_id_of
 from picobot.channels.telegram.markup import to_html
 from picobot.channels.telegram.split import MAX_UNITS, split_html, split_plain, visible
-from picobot.coord import keys
+from picobot.coord import Lease, keys
 from picobot.storage import outbox
 
 if TYPE_CHECKING:
@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("picobot.channels.telegram")
 
-LIVE_WAIT_SECS = 5.0  # how long deliver() waits for a live message being sent
+LIVE_WAIT_SECS = 5.0  # how long deliver() waits for a live message being sent, and for its lock
+LIVE_LOCK_SECS = 10.0  # the answer's hold on the live message's lock, should it die holding it
 MAX_PHOTO_BYTES = 10 * 1024 * 1024  # Telegram's limit for a photo sent by upload
 
 
@@ -190,11 +191,9 @@ class TelegramAdapter:
             return None
         r = self.rt.redis
         r.set(keys.telegram_live(turn_id), json.dumps({**record, "final": True}), ex=3600)  # live.py stops here
-        deadline = time.monotonic() + LIVE_WAIT_SECS
-        while not r.set(keys.telegram_live_lock(turn_id), "final", nx=True, px=10_000):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
+        # live.py holds the lock during one edit; past the wait the answer is edited in anyway
+        lock = Lease(r, keys.telegram_live_lock(turn_id), LIVE_LOCK_SECS)
+        lock.acquire_within(LIVE_WAIT_SECS)
         try:
             self.api.edit_message_text(chat_id, record["message_id"], part, html=True)
         except TelegramError as exc:
@@ -206,5 +205,5 @@ class TelegramAdapter:
             else:
                 raise
         finally:
-            r.delete(keys.telegram_live_lock(turn_id))
+            lock.release()  # only if ours: when the wait ran out, the holder's lock stays
         return int(record["message_id"])
