@@ -118,6 +118,9 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     from web import webhooks
 
     webhooks.init_app(app)  # POST /hooks/<name> (signed), GET /hooks/runs/<id>, GET /api/hooks
+    from web import plugin_routes
+
+    plugin_routes.init_app(app)  # what plugins register (picobot_routes), after PicoBot's own paths
     from picobot.channels.live import start_relay
 
     app.extensions["picobot.live"] = start_relay(runtime)  # reactions / live cards of external channels

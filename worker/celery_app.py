@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable
 
 from celery import Celery, signals
 
@@ -13,7 +14,7 @@ from picobot.config import Config
 from picobot.config.home import DIRECT_REDIS_SCHEMES, REDIS_SCHEMES, url_scheme
 from picobot.config.schema import MAX_TICK_SECS
 from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
-from picobot.app import App as Runtime, build_runtime
+from picobot.app import App as Runtime, build_plugins, build_runtime
 from picobot.titles import TITLE_TASK
 from picobot.runtime.task_names import (
     CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_BATCH_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB,
@@ -22,6 +23,9 @@ from picobot.runtime.task_names import (
 )
 from worker import tasks
 from worker.queue import CeleryTaskQueue
+
+if TYPE_CHECKING:
+    from picobot.plugins import PluginHost
 
 log = logging.getLogger("picobot.worker")
 
@@ -45,8 +49,13 @@ class PicoCelery(Celery):
     def runtime(self) -> Runtime:
         with self._runtime_lock:
             if self._runtime is None:
-                self._runtime = build_runtime(self.picobot_config, CeleryTaskQueue(self))
+                self._runtime = build_runtime(self.picobot_config, CeleryTaskQueue(self), plugins=self.plugins)
             return self._runtime
+
+    @cached_property
+    def plugins(self) -> PluginHost:
+        """The process's plugin host: built once, for the plugins' tasks and then the runtime."""
+        return build_plugins(self.picobot_config)
 
 
 def make_celery(config: Config) -> PicoCelery:
@@ -96,6 +105,9 @@ def make_celery(config: Config) -> PicoCelery:
         timezone=config.time.timezone,
     )
     tasks.register(app, lambda: app.runtime)
+    # the plugins' own tasks, in worker processes only (a web or a CLI only sends them, by name)
+    signals.worker_init.connect(lambda sender=None, **_kw: getattr(sender, "app", None) is app and
+                                tasks.register_plugin_tasks(app, lambda: app.runtime), sender=None, weak=False)
     if config.tracing.enabled:  # carry the W3C trace context in task headers (worker/tracing.py)
         from worker.tracing import connect as connect_tracing
 

@@ -8,6 +8,7 @@ imports Celery:
     python -m worker.commands telegram CHANNEL   the Telegram long poller
     python -m worker.commands wechat CHANNEL     the WeChat (iLink) long poller
     python -m worker.commands jobs run JOB_ID    queue a job's fire task now, as beat would
+    python -m worker.commands run PLUGIN:PROCESS:INSTANCE   a plugin's long-running process
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("feishu").add_argument("channel")
     sub.add_parser("telegram").add_argument("channel")
     sub.add_parser("wechat").add_argument("channel")
+    sub.add_parser("run").add_argument("target")
     from picobot.cli.jobs import add_parser as add_jobs_parser
 
     add_jobs_parser(sub)
@@ -50,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         from picobot.cli.telegram import serve as serve_telegram
 
         return serve_telegram(config, args.channel, _queue(config))
+    if args.command == "run":
+        from picobot.cli.plugin_parts import serve as serve_process
+
+        return serve_process(config, args.target, _queue(config))
     if args.command == "wechat":
         from picobot.cli.wechat import serve as serve_wechat
 

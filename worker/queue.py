@@ -58,9 +58,11 @@ class CeleryTaskQueue:
         # worker host holding the session's chat (runtime/placement.py)
         self.app.send_task(COMPACT_TASK, args=[session_id, force], queue=queue)
 
-    def enqueue_background(self, task: str, args: list[Any]) -> None:
-        # a capability's background work (a dialog's title): never on `turns`
-        self.app.send_task(task, args=args, queue=QUEUE_MAINTENANCE)
+    def enqueue_background(self, task: str, args: list[Any], queue: str = QUEUE_MAINTENANCE, countdown: float = 0) -> None:
+        # a capability's or a plugin's background work (a dialog's title, a plugin task): never on `turns`
+        if queue == QUEUE_TURNS:
+            raise ValueError("background work never takes a turn's slot (queue turns)")
+        self.app.send_task(task, args=args, queue=queue, countdown=countdown or None)
 
     def enqueue_subagent(self, run_id: str, queue: str = QUEUE_SUBAGENTS) -> None:
         # queue: the host queue of the worker host holding the run's chat (runtime/placement.py)

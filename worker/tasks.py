@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from celery import Celery
 
@@ -96,3 +96,27 @@ def register(app: Celery, runtime: Callable[[], "Runtime"]) -> None:
         from picobot.webhooks.callback import send
 
         return send(runtime(), run_id)
+
+
+def register_plugin_tasks(app: Celery, runtime: Callable[[], "Runtime"]) -> list[str]:
+    """Register the tasks plugins contribute (`picobot_tasks`) on `app`; the names registered. A name that is
+    taken (PicoBot's own, or another plugin's first) is refused and reported against the plugin."""
+    from picobot.plugins.contributions import check_task
+    from picobot.runtime.plugin_ports import PluginPorts
+
+    host = app.plugins
+    names = []
+    for spec in host.contributions("picobot_tasks", check_task):
+        if spec.name in app.tasks:
+            host.report(spec.plugin, "picobot_tasks", f"task {spec.name}: the name is taken; not registered")
+            continue
+        ports: list[PluginPorts] = []
+
+        def run(*args: Any, _spec: Any = spec, _ports: list[PluginPorts] = ports) -> Any:
+            if not _ports:
+                _ports.append(PluginPorts(runtime(), _spec.plugin))
+            return _spec.function(_ports[0], *args)
+
+        app.task(name=spec.name, ignore_result=True, shared=False)(run)
+        names.append(spec.name)
+    return names

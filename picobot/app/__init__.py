@@ -82,8 +82,10 @@ def build_plugins(config: Config, discover: bool = True) -> PluginHost:
 
 def check_config(config: Config, plugins: PluginHost | None = None) -> None:
     """Raise ConfigError for the first problem a plugin finds in its part of the config (a channel's keys)."""
+    from picobot.runtime.plugin_ports import settings_problems
+
     plugins = plugins or build_plugins(config, discover=False)
-    for key_path, reason in plugins.config_problems(config):
+    for key_path, reason in [*plugins.config_problems(config), *settings_problems(config, plugins)]:
         raise ConfigError(key_path, reason)
 
 
@@ -120,9 +122,11 @@ class App(Runtime):
         return self._plugin("mcp").statuses()
 
 
-def build_runtime(config: Config, queue: TaskQueue, migrate: bool = False, discover: bool = True) -> App:
-    """A process's runtime: database (migrated when asked), Redis, the task queue and the plugins."""
-    plugins = build_plugins(config, discover=discover)
+def build_runtime(config: Config, queue: TaskQueue, migrate: bool = False, discover: bool = True,
+                  plugins: PluginHost | None = None) -> App:
+    """A process's runtime: database (migrated when asked), Redis, the task queue and the plugins (`plugins`:
+    the process's host when it was built already, e.g. to register the plugins' Celery tasks)."""
+    plugins = plugins or build_plugins(config, discover=discover)
     check_config(config, plugins)
     db, redis_client = open_parts(config, migrate)
     app = App(config=config, db=db, redis=redis_client, queue=queue, plugins=plugins)

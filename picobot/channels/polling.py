@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
-from typing import Callable
+
+from picobot.coord.backoff import BACKOFF_CAP_SECS, backoff_delay
+
+__all__ = ["BACKOFF_CAP_SECS", "backoff_delay", "exit_after"]
 
 log = logging.getLogger("picobot.channels")
-
-BACKOFF_CAP_SECS = 60.0
-
-
-def backoff_delay(attempt: int, rand: Callable[[], float] = random.random, base: float = 1.0,
-                  cap: float = BACKOFF_CAP_SECS) -> float:
-    """Seconds before retry `attempt` (0-based): 0.5-1 s, 1-2 s, 2-4 s, … up to `cap` (jitter: half of it)."""
-    ceiling = min(cap, base * 2.0 ** min(attempt, 16))
-    return ceiling * (0.5 + rand() / 2)
 
 
 def exit_after(seconds: float, who: str) -> None:

@@ -9,6 +9,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from picobot.channels.base import SOCKET_CHANNELS, ChannelAdapter
+from picobot.runtime.plugin_ports import PluginPorts
 
 if TYPE_CHECKING:
     from picobot.channels.ports import ChannelPorts
@@ -83,8 +84,11 @@ class ChannelRegistry:
             adapter = self._adapters.get(channel)
             if adapter is None:
                 cfg = self._config(channel)
-                cls = load_class(adapter_path(cfg.type or channel, self._types))
-                adapter = cls(channel, cfg, self._rt)
+                type_name = cfg.type or channel
+                cls = load_class(adapter_path(type_name, self._types))
+                # a channel PicoBot ships gets the process's ports; a plugin's gets the SDK's PluginPorts
+                ports = self._rt if type_name in ADAPTER_TYPES else PluginPorts(self._rt, type_name)
+                adapter = cls(channel, cfg, ports)
                 self._adapters[channel] = adapter
             return adapter
 

@@ -322,6 +322,12 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from picobot.cli.plugin_parts import run
+
+    return run(_process_config(), args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="picobot", description="PicoBot: a multi-channel AI agent gateway.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -372,6 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_wechat_parser(sub).set_defaults(fn=cmd_wechat)
     add_channels_parser(sub).set_defaults(fn=cmd_channels)
     add_plugins_parser(sub).set_defaults(fn=cmd_plugins)
+    from picobot.cli.plugin_parts import add_run_parser
+
+    add_run_parser(sub).set_defaults(fn=cmd_run)
     add_usage_parser(sub).set_defaults(fn=cmd_usage)
     add_agents_parser(sub).set_defaults(fn=cmd_agents)
     h = sub.add_parser("health", help="check database, Redis, workers, beat and provider")
@@ -382,7 +391,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    if words and not words[0].startswith("-"):
+        taken = frozenset(next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices)
+        if words[0] not in taken:  # a command a plugin registers (picobot_cli)?
+            from picobot.cli.plugin_parts import plugin_command
+
+            _apply_dotenv()
+            code = plugin_command(list(words), taken)
+            if code is not None:
+                return code
+    args = parser.parse_args(argv)
     try:
         return args.fn(args)
     except ConfigError as exc:

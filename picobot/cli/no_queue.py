@@ -35,5 +35,5 @@ class NoQueue:
     def enqueue_hook_callback(self, run_id: str, countdown: float = 0) -> None:
         self._refuse("webhook callbacks")
 
-    def enqueue_background(self, task: str, args: list[Any]) -> None:
+    def enqueue_background(self, task: str, args: list[Any], queue: str = "maintenance", countdown: float = 0) -> None:
         self._refuse("background tasks")

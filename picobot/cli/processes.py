@@ -56,6 +56,11 @@ def wechat_argv(channel: str = "wechat") -> list[str]:
     return [sys.executable, "-m", "picobot", "wechat", "--channel", channel]
 
 
+def plugin_process_argv(target: str) -> list[str]:
+    """A plugin's long-running process (`picobot run <plugin>:<process>:<instance>`)."""
+    return [sys.executable, "-m", "picobot", "run", target]
+
+
 def flower_argv(port: int = 5555) -> list[str]:
     return [sys.executable, "-m", "celery", "-A", "worker.app", "flower", f"--port={port}", "--address=127.0.0.1"]
 
@@ -309,6 +314,9 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, 
     from picobot.cli.wechat import wechat_channels
 
     children += [Child(f"wechat ({key})", wechat_argv(key)) for key in wechat_channels(config)]
+    from picobot.cli.plugin_parts import planned
+
+    children += [Child(label, plugin_process_argv(target)) for label, target in planned(config)]
     if with_flower:
         children.append(Child("flower", flower_argv()))
     host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host

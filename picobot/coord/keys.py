@@ -183,3 +183,13 @@ def last_trace(session_id: str) -> str:
 def approval(approval_id: str) -> str:
     """The decision of one pending approval, pushed once it is written to SQL (the waiter BLPOPs it)."""
     return f"picobot:approval:{approval_id}"
+
+
+# --- plugin processes (runtime/processes.py) ---------------------------------------------------
+
+PROCESS_PREFIX = "picobot:process:"
+
+
+def plugin_process(plugin: str, name: str, instance: str) -> str:
+    """A plugin process's last status (JSON, short TTL refreshed while it runs): /health lists them."""
+    return f"{PROCESS_PREFIX}{plugin}:{name}:{instance}"

@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from picobot.domain.messages import Content, text_of
+from picobot.domain.channel import InboundMessage
 
-
-@dataclass
-class InboundMessage:
-    channel: str
-    chat_id: str
-    sender_id: str
-    content: Content
-    platform_message_id: str | None = None
-    mode: str = "steer"  # "steer" (default) or "queue"
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def text(self) -> str:
-        return text_of(self.content)
+__all__ = ["InboundMessage", "Reply"]
 
 
 @dataclass

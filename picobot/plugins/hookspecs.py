@@ -82,6 +82,44 @@ def picobot_config_check(config) -> list[tuple[str, str]] | None:
     """Problems in the config this plugin owns, as (key path, why) pairs; start fails on any."""
 
 
+# ---------------------------------------------------------------- contributions by `register`
+# Each takes a `register` callback and returns nothing; what it registers is checked by
+# picobot/plugins/contributions.py, and a refused item is recorded against the plugin.
+
+
+@hookspec
+def picobot_routes(register) -> None:
+    """HTTP and WebSocket routes: `register(method, path, handler, websocket=False, max_body_bytes=1 MiB)`.
+    HTTP: `handler(request: HttpRequest, ports) -> HttpResponse | (status, headers, body)`; WebSocket:
+    `handler(socket, request, ports)`, the socket's `receive(timeout)`, `send(data)`, `close()`. Routes are
+    outside the pairing guard: a platform proves itself with its own token or signature."""
+
+
+@hookspec
+def picobot_tasks(register) -> None:
+    """Celery tasks: `register(name, function, queue="maintenance")`, `function(ports, *args)`; sent with
+    `ports.send_task(name, *args)`. Names are namespaced (`<plugin>.<what>`)."""
+
+
+@hookspec
+def picobot_processes(register) -> None:
+    """Long-running parts: `register(name, run, instances=None)`. `run(ctx)` until `ctx.stopping` is set;
+    `instances(config)`: the names to run it for (None: one, "main"). Run by `picobot up`, the Procfile or
+    `picobot run <plugin>:<name>[:<instance>]`, restarted with backoff when they end or raise."""
+
+
+@hookspec
+def picobot_cli(register) -> None:
+    """CLI commands: `register(name, command)`, a click command or group, or `fn(argv) -> exit code`;
+    run as `picobot <name> ...`."""
+
+
+@hookspec
+def picobot_settings(register) -> None:
+    """Settings: `register(key, model)`, a pydantic model for `plugins.settings.<key>`, checked at start
+    (errors name the key path); read with `ports.settings(key)`."""
+
+
 # ---------------------------------------------------------------- lifecycle (the core's calls)
 
 

@@ -81,6 +81,7 @@ class PluginHost:
         self._records: list[PluginStatus] = []
         self._active: dict[str, PluginStatus] = {}
         self._impls: dict[str, tuple[_Impl, ...]] = {}
+        self._contributed: dict[str, list[Any]] = {}
         self._lock = threading.Lock()
         self._pool = pool("plugin-hooks")
         self._closed = False
@@ -157,6 +158,7 @@ class PluginHost:
             found = [self._impl(i) for i in reversed(getattr(self.pm.hook, name).get_hookimpls())]
             impls[name] = tuple(i for i in found if i is not None)
         self._impls = impls  # one assignment: a caller in another thread sees the old or the new
+        self._contributed = {}
 
     def _impl(self, impl: Any) -> _Impl | None:
         status = self._active.get(impl.plugin_name)
@@ -177,6 +179,18 @@ class PluginHost:
         """Every plugin seen: name, source, version, hooks, state, error (the last one), errors."""
         with self._lock:
             return [s.as_dict() for s in self._records]
+
+    def report(self, name: str, hook: str, problem: str) -> None:
+        """Record a problem with what a plugin contributed, found by the part that uses it (a route whose
+        path is taken): shown with the plugin in statuses() and /health, like a hook's own failure."""
+        status = self._active.get(name)
+        if status is None:
+            log.error("plugin %s: %s: %s", name, hook, problem)
+            return
+        with self._lock:
+            status.error = f"{hook}: {problem}"[:values.ERROR_CHARS]
+            status.errors += 1
+        log.error("plugin %s: %s: %s", name, hook, problem)
 
     def has(self, hook_name: str) -> bool:
         """True when any active plugin implements the hook."""
@@ -390,6 +404,25 @@ class PluginHost:
                 else:
                     self._fault(impl, "picobot_config_check", HookProblem(f"offered {values.what(item)}, "
                                                                           "not a (key path, why) pair"))
+        return found
+
+    def contributions(self, hook: str, check: Callable[..., Any]) -> list[Any]:
+        """What every plugin registers through a `register` hook (picobot_routes, picobot_tasks, …), each
+        item made by `check(plugin_name, *args, **kwargs)`. A refused item (check raised) or a hook that
+        raised is recorded against its plugin and skipped; the others stand. Cached per hook."""
+        cached = self._contributed.get(hook)
+        if cached is not None:
+            return cached
+        found: list[Any] = []
+        for impl in self._impls[hook]:
+            def register(*args: Any, _impl: _Impl = impl, **kwargs: Any) -> None:
+                try:
+                    found.append(check(_impl.status.name, *args, **kwargs))
+                except (ValueError, TypeError) as exc:  # ContributionError, or arguments check cannot take
+                    self._fault(_impl, hook, HookProblem(str(exc)))
+
+            self._value(impl, hook, {"register": register}, values.anything, isolate=False)
+        self._contributed[hook] = found
         return found
 
     def _offered(self, hook: str, kwargs: dict[str, Any]) -> Iterator[tuple[_Impl, Any]]:

@@ -35,6 +35,9 @@ def check_health(rt: "Runtime") -> dict[str, Any]:
         if isinstance(entries, dict):
             checks.update({str(k): v for k, v in entries.items() if isinstance(v, dict) and "ok" in v})
     checks["plugins"] = _check(lambda: _plugins(rt))
+    processes = _check(lambda: _processes(rt) or {})
+    if processes:
+        checks["processes"] = processes
     ok = all(c["ok"] for c in checks.values())
     return {"status": "ok" if ok else "degraded", "checks": checks, "time": time.time()}
 
@@ -106,6 +109,13 @@ def _sandbox(rt: "Runtime") -> dict[str, Any]:
     reports = worker_facts(rt.redis, "sandbox")
     # Probing here (once per process) only when no worker said what it runs with.
     return sandbox_check(reports, None if reports else sandbox_status(rt.config.tools.bash.sandbox))
+
+
+def _processes(rt: "Runtime") -> dict[str, Any] | None:
+    """The plugins' long-running processes (picobot/runtime/processes.py), when any runs."""
+    from picobot.runtime.processes import health_entry
+
+    return health_entry(rt.redis)
 
 
 def _plugins(rt: "Runtime") -> dict[str, Any]:

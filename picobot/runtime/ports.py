@@ -48,7 +48,8 @@ class HookCallbackQueue(Protocol):
 
 
 class BackgroundQueue(Protocol):
-    def enqueue_background(self, task: str, args: list[Any]) -> None: ...  # a capability's own task, by its stable name, on the maintenance queue
+    # a capability's or a plugin's own task, by its stable name (maintenance, outbound, scheduled or subagents)
+    def enqueue_background(self, task: str, args: list[Any], queue: str = "maintenance", countdown: float = 0) -> None: ...
 
 
 class TaskQueue(TurnQueue, CompactionQueue, SubagentQueue, JobQueue, DeliveryQueue, HookCallbackQueue, BackgroundQueue,
