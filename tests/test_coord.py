@@ -67,6 +67,3 @@ def test_key_names_are_unchanged() -> None:
     assert keys.lane("feishu", "c") == "picobot:lane:feishu:c"
     assert keys.feishu_ws("app") == "picobot:feishu:ws:app"
     assert keys.channel_event(7) == "picobot:channel-event:7"
-    from picobot.runtime import keys as runtime_keys
-
-    assert runtime_keys.compacting("s") == keys.compacting("s") and runtime_keys.SWEEP_LAST == keys.SWEEP_LAST

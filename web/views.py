@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from picobot.runtime import keys
+from picobot.coord import keys
 from picobot.app import App as Runtime
 from picobot.storage import messages
 

@@ -266,14 +266,3 @@ def wake(rt: "ChannelPorts", channel: str, chat_id: str) -> None:
     except Exception as exc:  # recorded in SQL: the sweeper re-enqueues due lanes
         log.warning("delivery lane %s:%s not enqueued (%s); the sweeper will", channel, chat_id,
                     type(exc).__name__)
-
-
-def wake_session(rt: "ChannelPorts", session_id: str) -> None:
-    """Wake the lane of a session's chat when its channel is external (after a failed-input notice)."""
-    from picobot.storage import sessions
-
-    with rt.db.read() as s:
-        row = sessions.get(s, session_id)
-        lane = (row.channel, row.chat_id) if row is not None else None
-    if lane is not None and rt.channels.external(lane[0]):
-        wake(rt, *lane)

@@ -181,7 +181,7 @@ def session_info(rt: "Runtime", row: SessionRow, message_count: int) -> dict:
 
 def compaction_info(rt: "Runtime", s: "Session", row: SessionRow, window: int) -> dict[str, Any]:
     """How often the dialog was compacted, when last, whether one runs now, and where it would start."""
-    from picobot.runtime.keys import compacting
+    from picobot.coord.keys import compacting
 
     count, last = compaction_sql.summary_stats(s.connection(), row.id)
     try:

@@ -14,7 +14,7 @@ from typing import Any
 import redis
 
 from picobot.config.schema import Config
-from picobot.runtime import keys
+from picobot.coord import keys
 from picobot.runtime.heartbeat import TTL_SECS
 
 UNKNOWN = "unknown"  # configured and active, but no live worker has reported it

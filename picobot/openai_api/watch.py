@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from picobot.runtime import keys
+from picobot.coord import keys
 from picobot.runtime.publisher import follow_events
 
 PROBE_SESSION = "openai_api:probe"  # published until it comes back: then the subscription is live

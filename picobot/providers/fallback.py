@@ -198,7 +198,3 @@ class FallbackStream:
             finally:
                 with self._lock:
                     self._current = None
-
-
-def build_chain(primary: ChainEntry, fallback: list[ChainEntry], breakers: CircuitBreakers) -> FallbackProvider:
-    return FallbackProvider([primary, *fallback], breakers)

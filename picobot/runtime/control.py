@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import redis
 
 from picobot.domain.cancel import CancelToken
-from picobot.runtime import keys
+from picobot.coord import keys
 from picobot.runtime.lease import Lease
 
 log = logging.getLogger("picobot.control")

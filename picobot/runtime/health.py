@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from picobot.runtime import keys
+from picobot.coord import keys
 
 if TYPE_CHECKING:
     from picobot.runtime.services import Runtime

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import redis
 
-from picobot.runtime import keys
+from picobot.coord import keys
 
 log = logging.getLogger("picobot.heartbeat")
 

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import redis
 
 from picobot.domain.text import repair_text
-from picobot.runtime import keys
+from picobot.coord import keys
 
 log = logging.getLogger("picobot.events")
 

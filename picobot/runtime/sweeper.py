@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from picobot.runtime import keys
+from picobot.coord import keys
 from picobot.runtime.attempts import give_back
 from picobot.runtime.heartbeat import worker_turns
 from picobot.runtime.lease import Lease, is_held

@@ -197,10 +197,6 @@ def set_run_session(conn: Connection, run_id: int, session_id: str, turn_id: str
     conn.execute(update(RUNS).where(RUNS.c.id == run_id).values(**values))
 
 
-def get_run(conn: Connection, run_id: int) -> dict[str, Any] | None:
-    return _job(conn.execute(select(RUNS).where(RUNS.c.id == run_id)).first())
-
-
 def run_for(conn: Connection, job_id: str, due_at: float) -> dict[str, Any] | None:
     return _job(conn.execute(select(RUNS).where(RUNS.c.job_id == job_id, RUNS.c.due_at == due_at)).first())
 

@@ -13,7 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from picobot.runtime import keys
+from picobot.coord import keys
 from picobot.runtime.heartbeat import worker_turns
 from picobot.storage import agent_runs
 from picobot.storage.models import RUN_INTERRUPTED

@@ -79,7 +79,7 @@ def compaction_times(bench: Any, rt: Any) -> list[dict[str, Any]]:
 
 
 def turn_latencies(bench: Any, rt: Any) -> tuple[list[float], list[float]]:
-    from picobot.runtime import keys
+    from picobot.coord import keys
 
     # first: the summary call's rule (its transcript contains "bench-turn" too); held open, but for less
     # than the provider's timeout, which would end the compaction with the fallback

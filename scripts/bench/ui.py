@@ -128,7 +128,7 @@ OBSERVER = """() => {
 def snapshot_latency(ctx: Any, base: str, redis_url: str, session_id: str, count: int) -> dict[str, list[float]]:
     import redis
 
-    from picobot.runtime import keys
+    from picobot.coord import keys
 
     r = redis.Redis.from_url(redis_url)
     page = ctx.new_page()
