@@ -9,7 +9,8 @@ import pytest
 import redis
 
 from picobot.domain.cancel import CancelToken
-from picobot.runtime import control, keys
+from picobot.coord import keys
+from picobot.runtime import control
 from picobot.runtime.lease import Lease
 
 

@@ -15,7 +15,8 @@ import threading
 import redis
 
 from picobot.domain.cancel import CancelToken
-from picobot.runtime import control, keys
+from picobot.coord import keys
+from picobot.runtime import control
 from picobot.storage import agent_runs
 from picobot.storage.db import Database
 from picobot.storage.models import RUN_CANCELLED, RUN_QUEUED
