@@ -2,7 +2,8 @@
 
 A real Redis (a private redis-server per test), the fake Feishu OpenAPI and the fake Bot API. The
 "other process" is a Lease the test takes on the same key, as live.py holds it during one update: the
-answer waits for it, gives up, still writes the answer, and the other holder's lock stays.
+answer waits for it, gives up, still writes the answer, and the other holder's lock stays. The other way
+round, a progress update whose lock ran out mid-call (and was taken, as by the answer) leaves it alone.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from picobot.app import App as Runtime, build_runtime
 from picobot.channels.base import Delivery
 from picobot.channels.feishu import cards
 from picobot.channels.feishu.adapter import CARD_WAIT_SECS, FeishuAdapter, card_key
+from picobot.channels.feishu.live import FeishuLive
 from picobot.channels.telegram.adapter import LIVE_WAIT_SECS
+from picobot.channels.telegram.live import MIN_EDIT_INTERVAL, TelegramLive
 from picobot.config import Config
 from picobot.coord import Lease, keys
 from scripts.fake_feishu import FakeFeishu
@@ -51,6 +54,16 @@ def other_holder(r: redis.Redis, key: str) -> Lease:
     lease = Lease(r, key, 60)
     assert lease.acquire()
     return lease
+
+
+def taken_meanwhile(r: redis.Redis, key: str, holders: list[Lease]) -> None:
+    """The lock on `key` runs out (as when an update outlasts its TTL) and another holder takes it."""
+    r.pexpire(key, 1)
+    deadline = time.monotonic() + 5
+    while r.exists(key):
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    holders.append(other_holder(r, key))
 
 
 def timed(call: Callable[[], Any]) -> tuple[Any, float]:
@@ -127,3 +140,78 @@ def test_telegram_answer_is_edited_in_and_leaves_a_lock_it_could_not_take(fake_t
     [only] = fake_tg.sent_to(CHAT)
     assert only["message_id"] == live_id and only["text"] == "The final answer"
     assert result["message_ids"] == [live_id]
+
+
+# --- the live progress updates -----------------------------------------------------------------
+
+
+def text_snapshot(text: str) -> dict:
+    return {"blocks": [{"type": "text", "text": text}]}
+
+
+@pytest.mark.parametrize("update", ["stream", "close"])
+def test_feishu_progress_leaves_the_card_lock_another_took_while_it_ran(
+        feishu_rt: Runtime, fake_feishu: FakeFeishu, update: str) -> None:
+    adapter, r = feishu_rt.channels.adapter("feishu"), feishu_rt.redis
+    assert isinstance(adapter, FeishuAdapter)
+    live = adapter.live()
+    assert isinstance(live, FeishuLive)
+    fake_feishu.add_message("om_q", "oc_l", "text", {"text": "question"})
+    turn_id = uuid.uuid4().hex
+    live.turn_started("oc_l", "om_q", turn_id)
+    live.snapshot("oc_l", turn_id, text_snapshot("so far"))  # creates the streaming card
+    [card_id] = fake_feishu.cards
+    lock_key, holders = keys.feishu_card_lock(card_id), []
+
+    def slow(groups: tuple[str, ...], builtin: Callable[..., Any]) -> Callable[..., Any]:
+        def serve(query: dict[str, str], headers: dict[str, str], raw: bytes) -> tuple[int, dict, bytes]:
+            taken_meanwhile(r, lock_key, holders)  # the update's lock ran out mid-call, and was taken
+            status, env = builtin(groups, query, json.loads(raw))
+            return status, {}, json.dumps(env).encode()
+        return serve
+
+    if update == "stream":
+        fake_feishu.add_route("PUT", f"/open-apis/cardkit/v1/cards/{card_id}/elements/{cards.STREAM_ELEMENT_ID}"
+                                     "/content", slow((card_id, cards.STREAM_ELEMENT_ID), fake_feishu.stream_text))
+        live.snapshot("oc_l", turn_id, text_snapshot("so far, and more"))
+        assert fake_feishu.cards[card_id]["texts"][-1] == "so far, and more"
+    else:
+        fake_feishu.add_route("PATCH", f"/open-apis/cardkit/v1/cards/{card_id}/settings",
+                              slow((card_id,), fake_feishu.card_settings))
+        live.turn_finished("oc_l", turn_id, {"status": "failed", "final_text": ""})
+        assert fake_feishu.cards[card_id]["closed"]
+    [holder] = holders
+    assert holder.is_held()
+
+
+def test_telegram_progress_edit_leaves_the_lock_another_took_while_it_ran(fake_tg: FakeTelegram,
+                                                                          make_rt: Any) -> None:
+    rt = make_rt(live_updates=True)
+    adapter, r = rt.channels.adapter("telegram"), rt.redis
+    live = adapter.live()
+    assert isinstance(live, TelegramLive)
+    turn_id = uuid.uuid4().hex
+    live.turn_started(str(CHAT), None, turn_id)
+    try:
+        live.snapshot(str(CHAT), turn_id, text_snapshot("Thinking about"))  # sends the live message
+        [first] = fake_tg.sent_to(CHAT)
+        time.sleep(MIN_EDIT_INTERVAL + 0.1)
+        fake_tg.hold(True)
+        editing = threading.Thread(target=live.snapshot, args=(str(CHAT), turn_id, text_snapshot("Thinking more")))
+        editing.start()
+        holders: list[Lease] = []
+        try:
+            deadline = time.monotonic() + 5
+            while fake_tg.held < 1:  # the edit is in flight, holding the lock
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            taken_meanwhile(r, keys.telegram_live_lock(turn_id), holders)
+        finally:
+            fake_tg.hold(False)
+            editing.join(timeout=10)
+        [holder] = holders
+        assert holder.is_held()
+        [only] = fake_tg.sent_to(CHAT)
+        assert only["message_id"] == first["message_id"] and only["text"] == "Thinking more"
+    finally:
+        live.turn_finished(str(CHAT), turn_id, {"status": "completed"})

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from picobot.channels.feishu import cards
 from picobot.channels.feishu.adapter import PARENT_GONE, card_key, card_lock_key, card_seq_key, part_uuid
 from picobot.channels.feishu.api import FeishuError
-from picobot.coord import keys
+from picobot.coord import Lease, keys
 
 if TYPE_CHECKING:
     from picobot.channels.feishu.adapter import FeishuAdapter
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("picobot.channels.feishu")
 
 MIN_OP_INTERVAL = 0.2  # per card, between the end of one operation and the next; Feishu allows 10 ops/s
+LIVE_LOCK_SECS = 5.0  # one progress operation's hold on the card's lock (the answer waits CARD_WAIT_SECS for it)
 PROGRESS_MAX_CHARS = 8000
 TOOL_MARKS = {"pending": "⏳", "running": "⏳", "done": "✅", "error": "❌"}
 
@@ -161,39 +162,47 @@ class FeishuLive:
                     raise
         return self.api.send(turn.chat_id, "interactive", content, uuid)
 
-    def _locked(self, turn_id: str, card_id: str) -> bool:
-        """Take the card's lock unless the answer is being written into it (then never again)."""
-        if not self.r.set(card_lock_key(card_id), "live", nx=True, px=5000):
-            return False
+    def _locked(self, turn_id: str, card_id: str) -> Lease | None:
+        """The card's lock, taken unless another holds it or the answer is being written into it (then never again).
+
+        A Lease: released only while it is still ours, so an operation that outlasts its TTL never frees the
+        lock the answer (FeishuAdapter.deliver) took meanwhile.
+        """
+        lock = Lease(self.r, card_lock_key(card_id), LIVE_LOCK_SECS)
+        if not lock.acquire():
+            return None
         raw = self.r.get(card_key(turn_id))
         try:
             final = bool(json.loads(raw).get("final")) if raw else True
         except (ValueError, AttributeError):
             final = True
         if final:
-            self.r.delete(card_lock_key(card_id))
-        return not final
+            lock.release()
+            return None
+        return lock
 
     def _stream(self, turn_id: str, turn: _Turn, text: str) -> None:
         card_id = turn.card_id
         assert card_id is not None
-        if not self._locked(turn_id, card_id):
+        lock = self._locked(turn_id, card_id)
+        if lock is None:
             return
         try:
             seq = int(self.r.incr(card_seq_key(card_id)))
             self.api.stream_text(card_id, cards.STREAM_ELEMENT_ID, text, seq, part_uuid(f"s{seq}-{card_id}", 0))
             turn.last_text, turn.last_op = text, time.monotonic()
         finally:
-            self.r.delete(card_lock_key(card_id))
+            lock.release()
 
     def _close_card(self, turn_id: str, turn: _Turn) -> None:
         card_id = turn.card_id
         assert card_id is not None
-        if not self._locked(turn_id, card_id):
+        lock = self._locked(turn_id, card_id)
+        if lock is None:
             return
         try:
             record = {"card_id": card_id, "message_id": turn.message_id, "final": True, "closed": True}
             self.r.set(card_key(turn_id), json.dumps(record), ex=3600)
             self.api.close_streaming(card_id, int(self.r.incr(card_seq_key(card_id))))
         finally:
-            self.r.delete(card_lock_key(card_id))
+            lock.release()

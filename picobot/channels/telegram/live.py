@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from picobot.channels.telegram.inbound import message_id_of
 from picobot.channels.telegram.markup import to_html
 from picobot.channels.telegram.split import split_html
-from picobot.coord import keys
+from picobot.coord import Lease, keys
 
 if TYPE_CHECKING:
     from picobot.channels.telegram.adapter import TelegramAdapter
@@ -31,6 +31,7 @@ log = logging.getLogger("picobot.channels.telegram")
 TYPING_EVERY_SECS = 4.0
 TYPING_MAX_SECS = 600.0
 MIN_EDIT_INTERVAL = 1.5  # Telegram allows about one message a second per chat; edits count
+LIVE_LOCK_SECS = 5.0  # one progress edit's hold on the live message's lock (the answer waits LIVE_WAIT_SECS for it)
 PROGRESS_MAX_CHARS = 3500
 TOOL_MARKS = {"pending": "⏳", "running": "⏳", "done": "✅", "error": "❌"}
 
@@ -165,8 +166,10 @@ class TelegramLive:
         self.r.set(key, json.dumps({"message_id": turn.message_id, "final": False}), ex=3600)
 
     def _edit_live(self, turn_id: str, turn: _Turn, text: str) -> None:
-        lock = keys.telegram_live_lock(turn_id)
-        if not self.r.set(lock, "live", nx=True, px=5000):
+        # a Lease: released only while still ours, so an edit that outlasts its TTL never frees the lock the
+        # answer (TelegramAdapter.deliver) took meanwhile
+        lock = Lease(self.r, keys.telegram_live_lock(turn_id), LIVE_LOCK_SECS)
+        if not lock.acquire():
             return
         try:
             raw = self.r.get(keys.telegram_live(turn_id))
@@ -181,4 +184,4 @@ class TelegramLive:
             self.api.edit_message_text(turn.chat_id, turn.message_id, self._first_part(text), html=True)
             turn.last_text, turn.last_edit = text, time.monotonic()
         finally:
-            self.r.delete(lock)
+            lock.release()
