@@ -184,6 +184,11 @@ def test_malformed_frames_leave_the_connection_working(qq: SimpleNamespace) -> N
         qq.forward.send_raw(frame)
     qq.forward.private_message(ALICE, "still connected")
     answer_to(qq.forward, "still connected")
+    lone = json.dumps({"time": 1, "self_id": 10001, "post_type": "message", "message_type": "private", "user_id": ALICE,
+                       "message_id": 77001, "message": "lone \ud800 surrogate"}, ensure_ascii=True)
+    assert "\\ud800" in lone  # sent as JSON's escape, which is valid JSON but no valid UTF-8 character
+    qq.forward.send_raw(lone)
+    assert said(answer_to(qq.forward, "surrogate")) == "You said: lone \ufffd surrogate"
 
 
 def test_an_inbound_image_reaches_the_model(qq: SimpleNamespace, llm: FakeLLM) -> None:

@@ -47,9 +47,9 @@ class Link:
             self._pump.join(timeout=RECEIVE_SECS + 2)
         r = self.ports.redis
         try:
-            if state.text(r.get(state.key(self.channel, "link"))) == self.id:
+            if state.text(r.get(state.key(self.channel, "link"))) == self.id:  # else a newer link holds it
                 r.delete(state.key(self.channel, "link"))
-            state.set_status(r, self.channel, "disconnected", detail, mode=self.mode)
+                state.set_status(r, self.channel, "disconnected", detail, mode=self.mode)
         except Exception as exc:  # Redis away: the key expires by itself
             log.warning("qq (%s): link state not cleared (%s)", self.channel, type(exc).__name__)
 
