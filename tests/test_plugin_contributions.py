@@ -391,9 +391,10 @@ class Settings(BaseModel):
 
 @click.command()
 @click.option("--name", required=True)
-def hello(name):
-    """Say hello."""
-    click.echo(f"hello {name}")
+@click.pass_obj
+def hello(ports, name):
+    """Say hello, with the greeting of the settings (the command's obj: the plugin's PluginPorts)."""
+    click.echo(f"{ports.settings('homeplug').greeting} {name}")
 
 
 def broken(argv):
@@ -435,13 +436,13 @@ def plugin_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (home / "plugins").mkdir()
     (home / "plugins" / "homeplug.py").write_text(textwrap.dedent(HOME_PLUGIN))
     (home / "config.json").write_text(json.dumps({"channels": {"d1": {"type": "demo"}, "d2": {"type": "demo"}},
-                                                  "plugins": {"settings": {"homeplug": {"greeting": 5}}}}))
+                                                  "plugins": {"settings": {"homeplug": {"greeting": "hi"}}}}))
     return home
 
 
 def test_a_plugin_command_runs_and_its_errors_are_one_line(plugin_home: Path) -> None:
     done = _picobot(plugin_home, "hello", "--name", "Ada")
-    assert done.returncode == 0 and done.stdout.strip() == "hello Ada", done.stderr
+    assert done.returncode == 0 and done.stdout.strip() == "hi Ada", done.stderr
     done = _picobot(plugin_home, "hello")
     assert done.returncode == 2 and "--name" in done.stderr
     done = _picobot(plugin_home, "broken", "x")
@@ -461,10 +462,15 @@ def test_picobot_run_names_what_exists(plugin_home: Path) -> None:
     assert done.returncode == 2 and "<plugin>:<process>" in done.stderr
 
 
-def test_picobot_run_with_bad_settings_stops_with_the_key_path(plugin_home: Path) -> None:
-    done = _picobot(plugin_home, "run", "homeplug:conn:d1")
-    assert done.returncode == 2, done.stderr
-    assert "plugins.settings.homeplug.greeting" in done.stderr
+def test_bad_settings_stop_a_process_and_a_command_with_the_key_path(tmp_path: Path) -> None:
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "homeplug.py").write_text(textwrap.dedent(HOME_PLUGIN))
+    (tmp_path / "config.json").write_text(json.dumps({"channels": {"d1": {"type": "demo"}},
+                                                      "plugins": {"settings": {"homeplug": {"greeting": 5}}}}))
+    for args in (["run", "homeplug:conn:d1"], ["hello", "--name", "x"]):
+        done = _picobot(tmp_path, *args)
+        assert done.returncode == 2, done.stderr
+        assert "plugins.settings.homeplug.greeting" in done.stderr
 
 
 def test_picobot_up_plans_one_child_per_instance(plugin_home: Path) -> None:

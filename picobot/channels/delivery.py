@@ -143,6 +143,10 @@ def _deliver_one(rt: "ChannelPorts", adapter: Any, row: Any) -> str:
         return _retry_or_give_up(rt, row, f"{type(exc).__name__}: {exc}", "internal", None)
     with rt.db.begin() as conn:
         outbox.mark_sent(conn, row.id, result if isinstance(result, dict) else None)
+    if rt.plugins.events.has("message.delivered"):
+        rt.plugins.publish("message.delivered", channel=row.channel, chat_id=row.chat_id, delivery_id=row.id,
+                           kind=row.kind, session_id=delivery.payload.get("session_id"),
+                           turn_id=delivery.payload.get("turn_id"))
     return "sent"
 
 

@@ -115,6 +115,7 @@ def plugin_command(argv: list[str], taken: frozenset[str]) -> int | None:
     from picobot.config.loader import load_config
     from picobot.errors import ConfigError
     from picobot.plugins.contributions import check_cli
+    from picobot.runtime.plugin_ports import PluginPorts
 
     try:
         config = load_config()
@@ -126,9 +127,32 @@ def plugin_command(argv: list[str], taken: frozenset[str]) -> int | None:
     if found is None:
         return None
     command = found.command
+    try:
+        rt = _command_runtime(config, host, found.name)
+    except ConfigError as exc:
+        print(f"picobot: {exc}", file=sys.stderr)
+        return 2
+    ports = PluginPorts(rt, found.plugin)
+    try:
+        return _invoke(found, command, argv, ports)
+    finally:
+        rt.close()
+
+
+def _command_runtime(config: "Config", host: "PluginHost", name: str) -> Any:
+    """The runtime a plugin command's ports stand on: config, database, Redis; it queues nothing (the core does
+    not import the task system), so a command that must send work records it for a worker to find."""
+    from picobot.app import build_runtime
+    from picobot.cli.no_queue import NoQueue
+
+    return build_runtime(config, NoQueue(f"picobot {name}"), plugins=host)
+
+
+def _invoke(found: Any, command: Any, argv: list[str], ports: Any) -> int:
+    """Run a click command (its context's `obj` is the plugin's PluginPorts) or a function (argv[, ports])."""
     if hasattr(command, "main"):  # click
         try:
-            result = command.main(args=argv[1:], prog_name=f"picobot {found.name}", standalone_mode=False)
+            result = command.main(args=argv[1:], prog_name=f"picobot {found.name}", standalone_mode=False, obj=ports)
         except SystemExit as exc:
             return int(exc.code or 0) if not isinstance(exc.code, str) else 1
         except Exception as exc:
@@ -139,8 +163,14 @@ def plugin_command(argv: list[str], taken: frozenset[str]) -> int | None:
             print(f"picobot {found.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
         return result if isinstance(result, int) and not isinstance(result, bool) else 0
+    import inspect
+
     try:
-        result = command(argv[1:])
+        takes_ports = len(inspect.signature(command).parameters) >= 2
+    except (TypeError, ValueError):
+        takes_ports = False
+    try:
+        result = command(argv[1:], ports) if takes_ports else command(argv[1:])
     except Exception as exc:
         print(f"picobot {found.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

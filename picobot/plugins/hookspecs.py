@@ -120,6 +120,12 @@ def picobot_settings(register) -> None:
     (errors name the key path); read with `ports.settings(key)`."""
 
 
+@hookspec
+def picobot_subscriptions(subscribe) -> None:
+    """The event bus: `subscribe(event, fn)`, `fn(event_dict)` called on the bus's own thread, never in a turn
+    (picobot/plugins/events.py: turn.started, model.round, turn.ended, message.delivered)."""
+
+
 # ---------------------------------------------------------------- lifecycle (the core's calls)
 
 

@@ -26,6 +26,7 @@ import pluggy
 
 from picobot.errors import TurnCancelled
 from picobot.plugins import discovery, hookspecs, values
+from picobot.plugins.events import EventBus, check_subscription
 from picobot.plugins.discovery import ENTRY_POINT_GROUP  # noqa: F401 (re-exported)
 from picobot.plugins.values import CUT_NOTE, MAX_TEXT, clean_text  # noqa: F401 (re-exported)
 from picobot.plugins.decorator import as_tool
@@ -34,6 +35,10 @@ from picobot.threadpool import pool
 from picobot.tools.base import Tool
 
 log = logging.getLogger("picobot.plugins")
+
+# the hooks whose calls are also published on the event bus, as these events (picobot/plugins/events.py)
+EVENT_OF_HOOK = {"picobot_turn_started": "turn.started", "post_action": "model.round",
+                 "picobot_turn_ended": "turn.ended"}
 
 STAGE_HOOKS = ("on_input", "pre_action", "post_action", "before_toolcall", "after_toolcall",
                "before_output", "after_output")
@@ -82,6 +87,7 @@ class PluginHost:
         self._active: dict[str, PluginStatus] = {}
         self._impls: dict[str, tuple[_Impl, ...]] = {}
         self._contributed: dict[str, list[Any]] = {}
+        self._bus: EventBus | None = None
         self._lock = threading.Lock()
         self._pool = pool("plugin-hooks")
         self._closed = False
@@ -159,6 +165,7 @@ class PluginHost:
             impls[name] = tuple(i for i in found if i is not None)
         self._impls = impls  # one assignment: a caller in another thread sees the old or the new
         self._contributed = {}
+        self._bus = None
 
     def _impl(self, impl: Any) -> _Impl | None:
         status = self._active.get(impl.plugin_name)
@@ -193,14 +200,35 @@ class PluginHost:
         log.error("plugin %s: %s: %s", name, hook, problem)
 
     def has(self, hook_name: str) -> bool:
-        """True when any active plugin implements the hook."""
-        return bool(self._impls.get(hook_name))
+        """True when any active plugin implements the hook (or subscribes to the event its calls publish)."""
+        if self._impls.get(hook_name):
+            return True
+        event = EVENT_OF_HOOK.get(hook_name)
+        return event is not None and self.events.has(event)
+
+    @property
+    def events(self) -> EventBus:
+        """The process's event bus, with every plugin's subscriptions (built on first use)."""
+        bus = self._bus
+        if bus is None:
+            subscriptions = self.contributions("picobot_subscriptions", check_subscription)  # may report: no lock held
+            with self._lock:
+                if self._bus is None:
+                    self._bus = EventBus(subscriptions, self.report)
+                bus = self._bus
+        return bus
+
+    def publish(self, event: str, **payload: Any) -> None:
+        """Publish an event to its subscribers (never waits for them)."""
+        self.events.publish(event, payload)
 
     def close(self) -> None:
         """Tell every plugin the process is shutting down (once)."""
         if not self._closed:
             self._closed = True
             self.call("picobot_close")
+            if self._bus is not None:
+                self._bus.close()
 
     # ------------------------------------------------------------------ calling one implementation
 
@@ -283,9 +311,14 @@ class PluginHost:
         return notes
 
     def post_action(self, ctx: Any, response: Any) -> None:
-        """Tell the plugins of a model response."""
+        """Tell the plugins of a model response (and publish it as `model.round`)."""
         if self._impls["post_action"]:
             self._notify("post_action", {"ctx": ctx, "response": response})
+        if self.events.has("model.round"):
+            self.events.publish("model.round", {
+                **_turn_fields(ctx), "text": response.text, "input_tokens": response.input_tokens,
+                "output_tokens": response.output_tokens,
+                "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in response.tool_calls]})
 
     def before_toolcall(self, ctx: Any, call: ToolCallView) -> Deny | dict[str, Any] | None:
         """A Deny, the replaced arguments, or None. An exception, a timeout or a wrong type denies."""
@@ -421,7 +454,8 @@ class PluginHost:
                 except (ValueError, TypeError) as exc:  # ContributionError, or arguments check cannot take
                     self._fault(_impl, hook, HookProblem(str(exc)))
 
-            self._value(impl, hook, {"register": register}, values.anything, isolate=False)
+            # the callback by either name: `register` (contributions) or `subscribe` (the event bus)
+            self._value(impl, hook, {"register": register, "subscribe": register}, values.anything, isolate=False)
         self._contributed[hook] = found
         return found
 
@@ -442,6 +476,10 @@ class PluginHost:
 
     def call(self, hook_name: str, **kwargs: Any) -> list[Any]:
         """Every implementation's non-None result, in call order; failures logged and skipped."""
+        event = EVENT_OF_HOOK.get(hook_name)
+        if event is not None and self.events.has(event):
+            fields = _turn_fields(kwargs.get("ctx"))
+            self.events.publish(event, {**fields, "status": kwargs["status"]} if "status" in kwargs else fields)
         if not self._lifecycle(hook_name):
             return []
         return [value for _impl, value in self._results(hook_name, kwargs, values.anything)]
@@ -458,3 +496,9 @@ class PluginHost:
         if impls is None:
             raise ValueError(f"no hook named {hook_name!r} (see picobot/plugins/hookspecs.py)")
         return impls
+
+
+def _turn_fields(ctx: Any) -> dict[str, Any]:
+    """Who a turn is for, as an event's fields (a StageContext's)."""
+    return {name: getattr(ctx, name, "") for name in ("session_id", "turn_id", "channel", "chat_id", "sender_id",
+                                                        "agent")}
