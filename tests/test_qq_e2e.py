@@ -259,8 +259,6 @@ def test_a_bad_qq_channel_stops_the_start_naming_its_key(qq: SimpleNamespace, tm
     assert "channels.qq.ws_url" in r.stderr
 
 
-@pytest.mark.xfail(reason="the kernel runs a plugin's click command without its PluginPorts (ctx.obj is None)",
-                   strict=False)
 def test_qq_status_shows_each_channel(qq: SimpleNamespace) -> None:
     r = qq.stack.cli("qq", "status", timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
