@@ -107,20 +107,13 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     from web import usage
 
     app.register_blueprint(usage.bp)  # GET /api/usage
-    if any(c.enabled and c.type == "feishu" for c in runtime.config.channels.values()):
-        from web import feishu
-
-        feishu.init_app(app)  # POST /feishu/events for channels in webhook mode
-    if any(c.enabled and (c.type or k) == "telegram" for k, c in runtime.config.channels.items()):
-        from web import telegram
-
-        telegram.init_app(app)  # POST /telegram/<channel> for channels in webhook mode
     from web import webhooks
 
     webhooks.init_app(app)  # POST /hooks/<name> (signed), GET /hooks/runs/<id>, GET /api/hooks
     from web import plugin_routes
 
     plugin_routes.init_app(app)  # what plugins register (picobot_routes), after PicoBot's own paths
+    runtime.plugins.plugin("channels").start_web(runtime)  # the platforms' webhooks answer with these ports
     from picobot.channels.live import start_relay
 
     app.extensions["picobot.live"] = start_relay(runtime)  # reactions / live cards of external channels

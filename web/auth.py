@@ -88,7 +88,8 @@ def cross_site() -> bool:
 
 
 def is_webhook_path(path: str) -> bool:
-    """True for a path registered by a platform webhook (web/feishu.py), and anything under it."""
+    """True for a path left to its own checks (a plugin's route, such as a platform webhook; a signed /hooks
+    path; /v1), and anything under it."""
     hooks = current_app.extensions.get("picobot.webhook_paths", ())
     return any(path == p or path.startswith(p.rstrip("/") + "/") for p in hooks)
 
@@ -101,7 +102,7 @@ def _is_api(path: str) -> bool:
 def guard() -> Any:
     path = request.path
     if is_webhook_path(path):
-        return None  # a platform webhook proves itself with its own token and signature (web/feishu.py)
+        return None  # a platform webhook proves itself with its own token and signature (web/plugin_routes.py)
     write = request.method not in SAFE_METHODS
     if (write or path == "/ws") and cross_site():
         return _refuse(403, "cross_site", "Cross-site requests are refused; use PicoBot from its own address.")

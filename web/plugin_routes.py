@@ -6,36 +6,46 @@ capped at its `max_body_bytes`) and the plugin's `PluginPorts`, and answers an `
 `receive` or `send`: a handler that answers an HttpResponse before touching it (a wrong token) refuses
 the upgrade with that answer. Routes are left to their own checks by the pairing guard, as a platform
 webhook is. A route whose path is taken, or a handler that raises, is reported against its plugin and
-answered 500 in JSON; the rest of PicoBot is untouched.
+answered 500 in JSON; the rest of PicoBot is untouched. What the framework answers on a route's paths
+before its handler runs is JSON too, `{"error", "code"}`: 404 under its path, 405, 413 over its
+`max_body_bytes` (a platform such as Feishu takes anything else for a failure and redelivers).
+
+PicoBot's own plugins (the channels plugin's Feishu and Telegram webhooks) may mount a path under a
+prefix kept from third parties (/hooks, /api, …) when their operator configured it there.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any, Callable
 
 from flask import Flask, Response, current_app, request
 from flask_sock import ConnectionClosed
 from simple_websocket import Server  # type: ignore[import-untyped]
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
-from picobot.plugins.contributions import ContributionError, HttpRequest, HttpResponse, Route, as_response, check_route
-from picobot.runtime.plugin_ports import PluginPorts
+from picobot.plugins.contributions import (
+    KERNEL_PATH_PREFIXES, ContributionError, HttpRequest, HttpResponse, Route, as_response, check_route,
+)
+from picobot.runtime.plugin_ports import PluginPorts, ports_for
 
 log = logging.getLogger("picobot.plugins")
 
 PATHS = "picobot.webhook_paths"  # app.extensions key: paths the pairing guard leaves to their own checks
+OURS = "picobot.plugin_paths"  # app.extensions key: the plugin routes' prefixes, whose errors are JSON
+_STAND_IN = "/builtin"  # checks a built-in's reserved path as if it were not reserved
 
 
 def init_app(app: Flask) -> None:
     rt = app.extensions["picobot"]
     taken = {rule.rule for rule in app.url_map.iter_rules()}
-    for route in rt.plugins.contributions("picobot_routes", check_route):
+    for route in rt.plugins.contributions("picobot_routes", _checker(rt.plugins)):
         if route.path in taken:
             rt.plugins.report(route.plugin, "picobot_routes", f"route {route.path}: the path is taken; not mounted")
             continue
         taken.add(route.path)
-        ports = PluginPorts(rt, route.plugin)
+        ports = ports_for(rt, route.plugin)
         view = _socket_view(route, ports) if route.websocket else _http_view(route, ports)
         endpoint = f"plugin_{route.plugin}_{len(taken)}"
         # websocket=True: werkzeug matches an Upgrade request only to a rule that says so (as flask-sock's do)
@@ -43,6 +53,42 @@ def init_app(app: Flask) -> None:
                          websocket=route.websocket)
         prefix = route.path.split("<", 1)[0].rstrip("/") or route.path
         app.extensions.setdefault(PATHS, set()).add(prefix)
+        app.extensions.setdefault(OURS, set()).add(prefix)
+    if app.extensions.get(OURS):
+        for code in (404, 405, 413):
+            app.register_error_handler(code, _json_error)
+
+
+def _checker(plugins: Any) -> Callable[..., Route]:
+    """check_route, except that a built-in plugin may take a path under a reserved prefix (a Feishu
+    webhook_path of /hooks/lark): the reservation keeps third parties off PicoBot's paths, and the path
+    came from the operator's config; a path one of PicoBot's own routes has is still refused (`taken`)."""
+    builtin = {s["name"] for s in plugins.statuses() if s["source"] == "builtin"}
+
+    def check(plugin: str, method: Any, path: Any, *args: Any, **kwargs: Any) -> Route:
+        if plugin not in builtin or not isinstance(path, str) or not _reserved(path):
+            return check_route(plugin, method, path, *args, **kwargs)
+        try:
+            return replace(check_route(plugin, method, _STAND_IN + path, *args, **kwargs), path=path)
+        except ContributionError as exc:
+            raise ContributionError(str(exc).replace(_STAND_IN + path, path)) from None
+
+    return check
+
+
+def _reserved(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in KERNEL_PATH_PREFIXES)
+
+
+def _refused(status: int, reason: str) -> Response:
+    return _flask(HttpResponse.json({"error": reason, "code": status}, status))
+
+
+def _json_error(error: HTTPException) -> Any:
+    path = request.path
+    if not any(path == p or path.startswith(p.rstrip("/") + "/") for p in current_app.extensions.get(OURS, ())):
+        return error  # every other path keeps Flask's answer
+    return _refused(error.code or 500, error.name)
 
 
 def _request(route: Route, params: dict[str, Any], body: bytes) -> HttpRequest:
@@ -66,15 +112,16 @@ def _failure(route: Route, exc: BaseException) -> Response:
 
 def _http_view(route: Route, ports: PluginPorts) -> Callable[..., Response]:
     def view(**params: Any) -> Response:
+        too_big = f"the body is over {route.max_body_bytes} bytes"
         if (request.content_length or 0) > route.max_body_bytes:
-            return _flask(HttpResponse.json({"error": f"the body is over {route.max_body_bytes} bytes"}, 413))
+            return _refused(413, too_big)
         request.max_content_length = route.max_body_bytes + 1  # the route's own cap, not gateway.max_frame_bytes
         try:
             body = request.get_data(cache=False)
         except RequestEntityTooLarge:
-            return _flask(HttpResponse.json({"error": f"the body is over {route.max_body_bytes} bytes"}, 413))
+            return _refused(413, too_big)
         if len(body) > route.max_body_bytes:
-            return _flask(HttpResponse.json({"error": f"the body is over {route.max_body_bytes} bytes"}, 413))
+            return _refused(413, too_big)
         try:
             return _flask(as_response(route.handler(_request(route, params, body), ports)))
         except Exception as exc:

@@ -1,13 +1,15 @@
 """Channels on the plugin SDK: the adapter types, outbox rows in the producer's transaction,
-recovery of lost deliveries and events, and the config checks of the types PicoBot ships."""
+recovery of lost deliveries and events, the config checks of the types PicoBot ships, and the
+platforms' webhooks (Feishu's events, Telegram's updates) as routes."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 from picobot.channels.ports import channel_ports
-from picobot.plugins import hookimpl
+from picobot.plugins import HttpRequest, HttpResponse, hookimpl
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -16,11 +18,14 @@ if TYPE_CHECKING:
     from picobot.plugins.types import TurnView
     from picobot.runtime.ports import Ports
 
+log = logging.getLogger("picobot.channels")
+
 
 class ChannelsPlugin:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._registry: ChannelRegistry | None = None
+        self._web: Ports | None = None
 
     def registry(self, ports: "Ports") -> "ChannelRegistry":
         """The adapters of the configured channels (built lazily), of every type a plugin offers."""
@@ -30,6 +35,43 @@ class ChannelsPlugin:
 
                 self._registry = ChannelRegistry(channel_ports(ports), ports.plugins.channels(ports.config))
             return self._registry
+
+    def start_web(self, ports: "Ports") -> None:
+        """The web process's part: its webhooks (picobot_routes) answer with these ports, and Telegram is
+        told the URL of each webhook channel (setWebhook, the command menu) in the background."""
+        from picobot.channels.telegram import setup, webhook as telegram
+
+        # A webhook hands its event to the intake the pollers and the long connection share, which records it,
+        # queues its task and reads the channel registry: the process's own ports, more than the PluginPorts a
+        # route is given (third-party routes keep getting only those). So the web process binds the built-in
+        # webhooks to its ports here, once, as build_runtime binds the budgets plugin; nothing else reads them.
+        self._web = ports
+        for key, _path, cfg in telegram.webhook_channels(ports.config):
+            setup.register_in_background(channel_ports(ports), cfg, key)
+
+    @hookimpl
+    def picobot_routes(self, register: Callable[..., None], config: Any) -> None:
+        """POST the webhook path of each enabled Feishu and Telegram channel in webhook mode."""
+        from picobot.channels.feishu import webhook as feishu
+        from picobot.channels.telegram import webhook as telegram
+
+        served: set[str] = set()
+        for platform in (feishu, telegram):
+            for key, path, cfg in platform.webhook_channels(config):
+                if path in served:  # as before: the first channel on a path gets its requests
+                    log.warning("channels.%s: webhook_path %s is another channel's; not served", key, path)
+                    continue
+                served.add(path)
+                register("POST", path, self._webhook(platform.handle, cfg, key), max_body_bytes=platform.MAX_BODY_BYTES)
+
+    def _webhook(self, handle: Callable[..., tuple[int, dict[str, Any]]], cfg: Any, key: str) -> Callable[..., HttpResponse]:
+        def answer(request: HttpRequest, _ports: Any) -> HttpResponse:
+            if self._web is None:
+                raise RuntimeError("the web process did not call ChannelsPlugin.start_web")
+            status, body = handle(channel_ports(self._web), cfg, request.headers, request.body, channel=key)
+            return HttpResponse.json(body, status)
+
+        return answer
 
     @hookimpl
     def picobot_channels(self) -> dict[str, Any]:

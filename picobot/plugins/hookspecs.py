@@ -88,11 +88,12 @@ def picobot_config_check(config) -> list[tuple[str, str]] | None:
 
 
 @hookspec
-def picobot_routes(register) -> None:
+def picobot_routes(register, config) -> None:
     """HTTP and WebSocket routes: `register(method, path, handler, websocket=False, max_body_bytes=1 MiB)`.
     HTTP: `handler(request: HttpRequest, ports) -> HttpResponse | (status, headers, body)`; WebSocket:
     `handler(socket, request, ports)`, the socket's `receive(timeout)`, `send(data)`, `close()`. Routes are
-    outside the pairing guard: a platform proves itself with its own token or signature."""
+    outside the pairing guard: a platform proves itself with its own token or signature. `config` (take it
+    only if needed): the process's Config, for paths an operator configures; called once per web process."""
 
 
 @hookspec

@@ -455,7 +455,8 @@ class PluginHost:
                     self._fault(_impl, hook, HookProblem(str(exc)))
 
             # the callback by either name: `register` (contributions) or `subscribe` (the event bus)
-            self._value(impl, hook, {"register": register, "subscribe": register}, values.anything, isolate=False)
+            self._value(impl, hook, {"register": register, "subscribe": register, "config": self.config}, values.anything,
+                        isolate=False)
         self._contributed[hook] = found
         return found
 

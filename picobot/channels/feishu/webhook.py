@@ -37,6 +37,19 @@ Answer = tuple[int, dict[str, Any]]
 OK: Answer = (200, {"code": 0, "msg": "ok"})
 
 
+def webhook_channels(config: Any) -> list[tuple[str, str, FeishuConfig]]:
+    """(channel key, path, settings) of each enabled Feishu channel in webhook mode: what the web serves."""
+    from picobot.channels.feishu.config import FeishuConfig
+
+    found = []
+    for key, channel in config.channels.items():
+        if channel.type == "feishu" and channel.enabled:
+            cfg = FeishuConfig.from_channel(channel)
+            if cfg.mode == "webhook":
+                found.append((key, cfg.webhook_path, cfg))
+    return found
+
+
 class Rejected(Exception):
     def __init__(self, status: int, reason: str):
         super().__init__(reason)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from typing import TYPE_CHECKING, Any
 
 from picobot.channels.telegram import status
@@ -75,6 +76,26 @@ def register_webhook(rt: "ChannelPorts", cfg: "TelegramConfig", api: "TelegramAp
     _status(rt, channel, state="webhook_set", last_error="")
     log.info("telegram (%s): webhook set", channel)
     return True
+
+
+def register_in_background(rt: "ChannelPorts", cfg: "TelegramConfig", channel: str) -> threading.Thread:
+    """setWebhook, then the command menu, for a channel the web serves: in a thread of its own, so a slow
+    Telegram never holds up the web process's start."""
+    thread = threading.Thread(target=_register, args=(rt, cfg, channel), name=f"telegram-setup-{channel}",
+                              daemon=True)
+    thread.start()
+    return thread
+
+
+def _register(rt: "ChannelPorts", cfg: "TelegramConfig", channel: str) -> None:
+    from picobot.channels.telegram.api import TelegramApi
+
+    api = TelegramApi(cfg.token, cfg.base_url, redis=rt.redis)
+    try:
+        if register_webhook(rt, cfg, api, channel):
+            register_commands(rt, cfg, api, channel)
+    finally:
+        api.close()
 
 
 def _status(rt: "ChannelPorts", channel: str, **fields: Any) -> None:

@@ -31,6 +31,19 @@ SECRET_HEADER = "x-telegram-bot-api-secret-token"
 Answer = tuple[int, dict[str, Any]]
 
 
+def webhook_channels(config: Any) -> list[tuple[str, str, TelegramConfig]]:
+    """(channel key, path, settings) of each enabled Telegram channel in webhook mode: what the web serves."""
+    from picobot.channels.telegram.config import TelegramConfig
+
+    found = []
+    for key, channel in config.channels.items():
+        if (channel.type or key) == "telegram" and channel.enabled:
+            cfg = TelegramConfig.from_channel(channel)
+            if cfg.mode == "webhook":
+                found.append((key, cfg.path_for(key), cfg))
+    return found
+
+
 def _answer(status_code: int, description: str) -> Answer:
     return status_code, {"ok": status_code < 400, "description": description}
 
