@@ -123,8 +123,8 @@ def test_backoff_grows_and_is_capped() -> None:
 
 
 def test_picobot_up_starts_a_poller_for_each_polling_channel() -> None:
-    from picobot.cli.processes import telegram_argv
-    from picobot.cli.telegram import polling_channels
+    from picobot.channels.telegram.poller import polling_channels
+    from picobot.cli.plugin_parts import planned
     from picobot.config import Config
 
     config = Config.model_validate({"channels": {
@@ -134,7 +134,8 @@ def test_picobot_up_starts_a_poller_for_each_polling_channel() -> None:
         "second": {"type": "telegram", "enabled": True, "token": "4:d", "mode": "polling"},
     }})
     assert polling_channels(config) == ["telegram", "second"]
-    assert telegram_argv("second")[-4:] == ["picobot", "telegram", "--channel", "second"]
+    targets = [target for _, target in planned(config) if target.startswith("channels:telegram:")]
+    assert targets == ["channels:telegram:telegram", "channels:telegram:second"]  # `picobot run <target>` each
 
 
 def test_picobot_telegram_refuses_a_channel_it_cannot_poll(tmp_path: Any) -> None:

@@ -1,14 +1,14 @@
-"""The parts of `picobot feishu`, `picobot telegram`, `picobot wechat` and `picobot jobs run` that need the task system.
+"""The parts of `picobot run` and `picobot jobs run` that need the task system.
 
 Those commands check their input in picobot/cli, then replace themselves with
 `python -m worker.commands …` (as `picobot worker` becomes `celery … worker`), so the core never
 imports Celery:
 
-    python -m worker.commands feishu CHANNEL     the Feishu long-connection client
-    python -m worker.commands telegram CHANNEL   the Telegram long poller
-    python -m worker.commands wechat CHANNEL     the WeChat (iLink) long poller
-    python -m worker.commands jobs run JOB_ID    queue a job's fire task now, as beat would
     python -m worker.commands run PLUGIN:PROCESS:INSTANCE   a plugin's long-running process
+    python -m worker.commands jobs run JOB_ID               queue a job's fire task now, as beat would
+
+`picobot feishu|telegram|wechat` come here as `run channels:<feishu|telegram|wechat>:<channel key>`: the
+platform connections are the built-in channels plugin's processes.
 """
 
 from __future__ import annotations
@@ -35,31 +35,16 @@ def _queue(config: Config) -> "CeleryTaskQueue":
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m worker.commands")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("feishu").add_argument("channel")
-    sub.add_parser("telegram").add_argument("channel")
-    sub.add_parser("wechat").add_argument("channel")
     sub.add_parser("run").add_argument("target")
     from picobot.cli.jobs import add_parser as add_jobs_parser
 
     add_jobs_parser(sub)
     args = parser.parse_args(argv)
     config = load_config()
-    if args.command == "feishu":
-        from picobot.cli.feishu import serve
-
-        return serve(config, args.channel, _queue(config))
-    if args.command == "telegram":
-        from picobot.cli.telegram import serve as serve_telegram
-
-        return serve_telegram(config, args.channel, _queue(config))
     if args.command == "run":
         from picobot.cli.plugin_parts import serve as serve_process
 
         return serve_process(config, args.target, _queue(config))
-    if args.command == "wechat":
-        from picobot.cli.wechat import serve as serve_wechat
-
-        return serve_wechat(config, args.channel, _queue(config))
     from picobot.cli.jobs import run
 
     return run(config, args, queue=_queue(config))

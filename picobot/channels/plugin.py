@@ -80,6 +80,17 @@ class ChannelsPlugin:
         return dict(ADAPTER_TYPES)
 
     @hookimpl
+    def picobot_processes(self, register: Callable[..., None]) -> None:
+        """The connections the platforms need PicoBot to open: `picobot run channels:<name>:<channel key>`."""
+        from picobot.channels.feishu import longconn
+        from picobot.channels.telegram import poller as telegram
+        from picobot.channels.wechat import poller as wechat
+
+        register("feishu", longconn.run_process, instances=longconn.long_connection_channels)
+        register("telegram", telegram.run_process, instances=telegram.polling_channels)
+        register("wechat", wechat.run_process, instances=wechat.wechat_channels)
+
+    @hookimpl
     def picobot_config_check(self, config: Any) -> list[tuple[str, str]]:
         from picobot.errors import ConfigError
 

@@ -1,7 +1,8 @@
 """`picobot feishu`: run the Feishu long-connection client (channels.feishu.mode = "long_connection").
 
-Start as many as you like (one per host, say): one process per app connects, the others stand
-by and take over when it dies. Stops within 5 s on SIGTERM or Ctrl-C.
+It checks the channel, then runs what `picobot run channels:feishu:<key>` runs (the channels plugin's
+process, picobot/channels/feishu/longconn.py). Start as many as you like (one per host, say): one process
+per app connects, the others stand by and take over when it dies. Stops within 5 s on SIGTERM or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -18,16 +19,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("feishu", help="run the Feishu long-connection event client (mode long_connection)")
     p.add_argument("--channel", default="feishu", help="the channel's key under `channels` (default feishu)")
     return p
-
-
-def long_connection_channels(config: Config) -> list[str]:
-    """Keys of the enabled Feishu channels in long_connection mode (what `picobot up` starts a client for)."""
-    keys = []
-    for key, channel in config.channels.items():
-        extra = channel.model_extra or {}
-        if (channel.type or key) == "feishu" and channel.enabled and extra.get("mode") == "long_connection":
-            keys.append(key)
-    return keys
 
 
 def _fail(message: str) -> int:
@@ -54,26 +45,6 @@ def check(config: Config, key: str) -> str | None:
 def run(config: Config, args: argparse.Namespace) -> int:
     if (problem := check(config, args.channel)) is not None:
         return _fail(problem)
-    from picobot.cli.processes import exec_argv
+    from picobot.cli.plugin_parts import run as run_process
 
-    # the client records events and queues their processing: that needs the task system, which the
-    # core does not import; worker/commands.py continues with serve()
-    return exec_argv([sys.executable, "-m", "worker.commands", "feishu", args.channel])
-
-
-def serve(config: Config, key: str, queue: Any) -> int:
-    """Run the long-connection client of channels.<key> until SIGTERM or Ctrl-C."""
-    if (problem := check(config, key)) is not None:
-        return _fail(problem)
-    from picobot.channels.feishu.config import FeishuConfig
-    from picobot.channels.feishu.longconn import LongConnection
-    from picobot.logging_setup import setup_logging
-    from picobot.app import build_runtime
-
-    cfg = FeishuConfig.from_channel(config.channels[key])
-    setup_logging(config)
-    rt = build_runtime(config, queue, migrate=True)
-    try:
-        return LongConnection(rt, cfg, channel=key).run()
-    finally:
-        rt.close()
+    return run_process(config, argparse.Namespace(target=f"channels:feishu:{args.channel}"))

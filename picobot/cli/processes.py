@@ -44,20 +44,9 @@ def beat_argv() -> list[str]:
             "--loglevel", "INFO"]
 
 
-def feishu_argv(channel: str = "feishu") -> list[str]:
-    return [sys.executable, "-m", "picobot", "feishu", "--channel", channel]
-
-
-def telegram_argv(channel: str = "telegram") -> list[str]:
-    return [sys.executable, "-m", "picobot", "telegram", "--channel", channel]
-
-
-def wechat_argv(channel: str = "wechat") -> list[str]:
-    return [sys.executable, "-m", "picobot", "wechat", "--channel", channel]
-
-
 def plugin_process_argv(target: str) -> list[str]:
-    """A plugin's long-running process (`picobot run <plugin>:<process>:<instance>`)."""
+    """A plugin's long-running process (`picobot run <plugin>:<process>:<instance>`), the built-in channels
+    plugin's platform connections included."""
     return [sys.executable, "-m", "picobot", "run", target]
 
 
@@ -305,15 +294,6 @@ def up(config: Config, with_flower: bool = False, embedded_redis: bool = False, 
                 Child("beat", beat_argv())]
     if demo_port is not None:  # first: the worker's first model call finds it listening
         children.insert(0, Child("demo model", [sys.executable, "-m", "picobot.demo.llm", "--port", str(demo_port)]))
-    from picobot.cli.feishu import long_connection_channels
-
-    children += [Child(f"feishu ({key})", feishu_argv(key)) for key in long_connection_channels(config)]
-    from picobot.cli.telegram import polling_channels
-
-    children += [Child(f"telegram ({key})", telegram_argv(key)) for key in polling_channels(config)]
-    from picobot.cli.wechat import wechat_channels
-
-    children += [Child(f"wechat ({key})", wechat_argv(key)) for key in wechat_channels(config)]
     from picobot.cli.plugin_parts import planned
 
     children += [Child(label, plugin_process_argv(target)) for label, target in planned(config)]

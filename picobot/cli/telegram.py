@@ -1,7 +1,9 @@
 """`picobot telegram`: run the Telegram long poller (channels.<key>.mode = "polling", the default).
 
-Start as many as you like: one process per bot token polls, the others stand by and take over
-when it dies. Stops at once on SIGTERM or Ctrl-C. Webhook mode needs no extra process.
+It checks the channel, then runs what `picobot run channels:telegram:<key>` runs (the channels plugin's
+process, picobot/channels/telegram/poller.py). Start as many as you like: one process per bot token
+polls, the others stand by and take over when it dies. Stops at once on SIGTERM or Ctrl-C. Webhook mode
+needs no extra process.
 """
 
 from __future__ import annotations
@@ -18,16 +20,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("telegram", help="run the Telegram long poller (getUpdates; mode polling)")
     p.add_argument("--channel", default="telegram", help="the channel's key under `channels` (default telegram)")
     return p
-
-
-def polling_channels(config: Config) -> list[str]:
-    """Keys of the enabled Telegram channels in polling mode (what `picobot up` starts a poller for)."""
-    keys = []
-    for key, channel in config.channels.items():
-        extra = channel.model_extra or {}
-        if (channel.type or key) == "telegram" and channel.enabled and extra.get("mode", "polling") == "polling":
-            keys.append(key)
-    return keys
 
 
 def _fail(message: str) -> int:
@@ -58,26 +50,6 @@ def check(config: Config, key: str) -> str | None:
 def run(config: Config, args: argparse.Namespace) -> int:
     if (problem := check(config, args.channel)) is not None:
         return _fail(problem)
-    from picobot.cli.processes import exec_argv
+    from picobot.cli.plugin_parts import run as run_process
 
-    # recording updates queues their processing: that needs the task system, which the core does not
-    # import; worker/commands.py continues with serve()
-    return exec_argv([sys.executable, "-m", "worker.commands", "telegram", args.channel])
-
-
-def serve(config: Config, key: str, queue: Any) -> int:
-    """Poll channels.<key> until SIGTERM or Ctrl-C."""
-    if (problem := check(config, key)) is not None:
-        return _fail(problem)
-    from picobot.app import build_runtime
-    from picobot.channels.telegram.config import TelegramConfig
-    from picobot.channels.telegram.poller import Poller
-    from picobot.logging_setup import setup_logging
-
-    cfg = TelegramConfig.from_channel(config.channels[key])
-    setup_logging(config)
-    rt = build_runtime(config, queue, migrate=True)
-    try:
-        return Poller(rt, cfg, channel=key).run()
-    finally:
-        rt.close()
+    return run_process(config, argparse.Namespace(target=f"channels:telegram:{args.channel}"))

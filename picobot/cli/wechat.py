@@ -1,8 +1,9 @@
 """`picobot wechat`: run the WeChat (iLink) long poller; `picobot channels login <key>` logs the account in.
 
-Start as many pollers as you like: one per account polls, the others stand by and take over when it
-dies. A poller with no login waits for one (its state is login_required in /health). Stops at once
-on SIGTERM or Ctrl-C.
+`picobot wechat` checks the channel, then runs what `picobot run channels:wechat:<key>` runs (the
+channels plugin's process, picobot/channels/wechat/poller.py). Start as many pollers as you like: one
+per account polls, the others stand by and take over when it dies. A poller with no login waits for one
+(its state is login_required in /health). Stops at once on SIGTERM or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,11 +20,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("wechat", help="run the WeChat (iLink) long poller (getupdates)")
     p.add_argument("--channel", default="wechat", help="the channel's key under `channels` (default wechat)")
     return p
-
-
-def wechat_channels(config: Config) -> list[str]:
-    """Keys of the enabled WeChat channels (what `picobot up` starts a poller for)."""
-    return [key for key, channel in config.channels.items() if (channel.type or key) == "wechat" and channel.enabled]
 
 
 def _fail(message: str, command: str = "wechat") -> int:
@@ -51,29 +47,9 @@ def check(config: Config, key: str, need_enabled: bool = True) -> str | None:
 def run(config: Config, args: argparse.Namespace) -> int:
     if (problem := check(config, args.channel)) is not None:
         return _fail(problem)
-    from picobot.cli.processes import exec_argv
+    from picobot.cli.plugin_parts import run as run_process
 
-    # recording messages queues their processing: that needs the task system, which the core does not
-    # import; worker/commands.py continues with serve()
-    return exec_argv([sys.executable, "-m", "worker.commands", "wechat", args.channel])
-
-
-def serve(config: Config, key: str, queue: Any) -> int:
-    """Poll channels.<key> until SIGTERM or Ctrl-C."""
-    if (problem := check(config, key)) is not None:
-        return _fail(problem)
-    from picobot.app import build_runtime
-    from picobot.channels.wechat.config import WeChatConfig
-    from picobot.channels.wechat.poller import Poller
-    from picobot.logging_setup import setup_logging
-
-    cfg = WeChatConfig.from_channel(config.channels[key])
-    setup_logging(config)
-    rt = build_runtime(config, queue, migrate=True)
-    try:
-        return Poller(rt, cfg, channel=key).run()
-    finally:
-        rt.close()
+    return run_process(config, argparse.Namespace(target=f"channels:wechat:{args.channel}"))
 
 
 def login(config: Config, key: str, force: bool) -> int:

@@ -1,4 +1,5 @@
-"""Feishu long-connection intake (`picobot feishu`): the SDK's WebSocket event client, one consumer per app.
+"""Feishu long-connection intake (`picobot run channels:feishu:<key>`, `picobot feishu`): the SDK's WebSocket event
+client, one consumer per app.
 
 Feishu pushes events over a WebSocket the app opens itself (no public URL needed): the SDK
 (`lark_oapi.ws.Client`, imported only by ws_sdk.py, in this process) POSTs {domain}/callback/ws/endpoint for a ws URL,
@@ -8,7 +9,8 @@ its processing enqueued, exactly as the webhook does (nothing slower runs here).
 We drive the SDK's connect/ping/disconnect steps ourselves instead of `Client.start()`, which
 blocks forever on a module-level loop and retries every 2 minutes: here a failed endpoint call
 or a dropped socket is retried with capped exponential backoff and jitter, the endpoint call runs
-off the loop with a timeout, and SIGTERM/SIGINT end the process within SHUTDOWN_DEADLINE seconds.
+off the loop with a timeout, and SIGTERM/SIGINT end the process within SHUTDOWN_DEADLINE seconds
+(the process's stop event set from elsewhere ends the loop too, within STOP_CHECK_SECS).
 A Redis lease (`picobot:feishu:ws:<app_id>`, see singleton.py) lets one process per app connect;
 others stand by and take over when the holder dies. Written against lark-oapi 1.7.
 """
@@ -40,6 +42,7 @@ BACKOFF_CAP_SECS = 60.0
 STABLE_SECS = 60.0  # a connection that lasted this long starts the backoff over
 ENDPOINT_TIMEOUT_SECS = 15.0
 SHUTDOWN_DEADLINE_SECS = 5.0
+STOP_CHECK_SECS = 0.5
 
 
 def backoff_delay(attempt: int, rand: Callable[[], float] = random.random) -> float:
@@ -71,12 +74,13 @@ def _off_loop(fn: Callable[[], Any]) -> asyncio.Future:
 
 
 class LongConnection:
-    def __init__(self, rt: ChannelPorts, cfg: FeishuConfig, channel: str = "feishu", lease_ttl_ms: int = LEASE_TTL_MS):
+    def __init__(self, rt: ChannelPorts, cfg: FeishuConfig, channel: str = "feishu", lease_ttl_ms: int = LEASE_TTL_MS,
+                 stopping: threading.Event | None = None):
         self.rt = rt
         self.cfg = cfg
         self.channel = channel
         self.lease = RedisLease(rt.redis, feishu_lock_key(cfg.app_id), lease_ttl_ms)
-        self._stop = threading.Event()
+        self._stop = stopping if stopping is not None else threading.Event()  # a plugin process's ctx.stopping
         self._loop: asyncio.AbstractEventLoop | None = None
         self._halt: asyncio.Event | None = None
         self._redis_ok = True
@@ -84,8 +88,8 @@ class LongConnection:
     # --- process lifecycle ----------------------------------------------------------------
 
     def run(self) -> int:
-        """Serve until SIGTERM/SIGINT (or request_stop()); 0 after a stop."""
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        """Serve until SIGTERM/SIGINT (or request_stop(), or the stop event set); 0 after a stop."""
+        previous = polling.on_stop_signals(self._on_signal)
         loop = asyncio.new_event_loop()
         try:
             sdk = load_sdk()  # ~2 s: a signal meanwhile is remembered and ends _main at once
@@ -94,8 +98,7 @@ class LongConnection:
             self._loop = loop
             loop.run_until_complete(self._main(sdk))
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            polling.restore_signals(previous)
             _finish(loop)
         log.info("feishu long connection (%s): stopped", self.channel)
         return 0
@@ -129,6 +132,7 @@ class LongConnection:
         self._halt = asyncio.Event()
         if self._stop.is_set():
             return
+        watcher = asyncio.create_task(self._watch_stop(self._halt))  # cancelled by _finish
         waiting_logged = False
         while not self._halt.is_set():
             if await self._acquire():
@@ -143,6 +147,13 @@ class LongConnection:
                          "app %s", self.channel, self.cfg.app_id)
                 waiting_logged = True
             await self._pause(STANDBY_POLL_SECS)
+        watcher.cancel()
+
+    async def _watch_stop(self, halt: asyncio.Event) -> None:
+        """The stop event set without request_stop() (by the plugin process runner, from another thread)."""
+        while not self._stop.is_set():
+            await asyncio.sleep(STOP_CHECK_SECS)
+        halt.set()
 
     async def _acquire(self) -> bool:
         try:
@@ -280,6 +291,25 @@ def _finish(loop: asyncio.AbstractEventLoop) -> None:
     if pending:
         loop.run_until_complete(asyncio.wait(pending, timeout=1.0))
     loop.close()
+
+
+def long_connection_channels(config: Any) -> list[str]:
+    """Keys of the enabled Feishu channels in long_connection mode: the instances of `channels:feishu`."""
+    keys = []
+    for key, channel in config.channels.items():
+        extra = channel.model_extra or {}
+        if (channel.type or key) == "feishu" and channel.enabled and extra.get("mode") == "long_connection":
+            keys.append(key)
+    return keys
+
+
+def run_process(ctx: Any) -> None:
+    """`picobot run channels:feishu:<key>`: serve channels.<key>'s long connection until ctx.stopping is set."""
+    from picobot.channels.feishu.config import FeishuConfig
+
+    rt = polling.process_runtime(ctx)
+    cfg = FeishuConfig.from_channel(rt.config.channels[ctx.instance])
+    LongConnection(rt, cfg, channel=ctx.instance, stopping=ctx.stopping).run()
 
 
 def _exit_after(seconds: float) -> None:

@@ -1,8 +1,9 @@
 """The lark-oapi WebSocket glue of the long connection: loading the SDK, our Client subclass, the event sink.
 
-lark-oapi is imported here only, and only by `picobot feishu`: its ws client alone, without the package's
-`__init__` and the event dispatcher, which import the models of every Feishu API (4.5 s of CPU and
-~160 MB at each start, against 0.3 s for what the long connection uses).
+lark-oapi is imported here only, and only by the long-connection process (`picobot feishu`, `picobot run
+channels:feishu:<key>`): its ws client alone, without the package's `__init__` and the event dispatcher,
+which import the models of every Feishu API (4.5 s of CPU and ~160 MB at each start, against 0.3 s for
+what the long connection uses).
 The SDK's own logger prints to stdout past our redaction, and its lines carry the ws URL, whose
 query holds a session ticket: we drop its handler (records reach the root handler, which
 redacts) and cut URL queries out of its messages.

@@ -1,4 +1,5 @@
-"""`picobot telegram`: getUpdates long polling, one poller per bot token across all processes.
+"""`picobot run channels:telegram:<key>` (`picobot telegram`): getUpdates long polling, one poller per bot token
+across all processes.
 
 A Redis lease (`picobot:telegram:poll:<bot id>`, 10 s, renewed by a thread) lets one process poll a
 bot; the others stand by and take over when it dies. Each update is recorded in the SQL event inbox
@@ -9,7 +10,8 @@ If recording fails (the database is away) the batch is polled again later, offse
 Errors never end the process: 409 (another getUpdates for this token elsewhere, or a webhook is set),
 401/404 (a wrong token), 429, 5xx and network errors back off (jittered, capped at 60 s; 429 waits its
 retry_after) and show in the heartbeat (status.py) that /health reads. SIGTERM/SIGINT stop it at
-once: a long poll in flight is abandoned (nothing it returned was confirmed, so nothing is lost).
+once: a long poll in flight is abandoned (nothing it returned was confirmed, so nothing is lost); the
+process's stop event set from elsewhere stops it after the poll at hand.
 """
 
 from __future__ import annotations
@@ -51,12 +53,12 @@ def backoff_delay(attempt: int, rand: Callable[[], float] = random.random) -> fl
 
 class Poller:
     def __init__(self, rt: ChannelPorts, cfg: TelegramConfig, channel: str = "telegram",
-                 lease_ttl: float = LEASE_TTL_SECS):
+                 lease_ttl: float = LEASE_TTL_SECS, stopping: threading.Event | None = None):
         self.rt, self.cfg, self.channel = rt, cfg, channel
         self.api = TelegramApi(cfg.token, cfg.base_url, redis=rt.redis)
         self.lease = KeptLease(rt.redis, keys.telegram_poll(self.api.bot_id), lease_ttl, renew_secs=lease_ttl / 3)
         self.offset: int | None = None
-        self._stop = threading.Event()
+        self._stop = stopping if stopping is not None else threading.Event()  # a plugin process's ctx.stopping
         self._in_poll = False
         self._failing: str | None = None  # the kind of error of the current streak (logged once)
         self._last_update_at: float | None = None
@@ -65,15 +67,14 @@ class Poller:
     # ---- process lifecycle ---------------------------------------------------------------
 
     def run(self) -> int:
-        """Poll until SIGTERM/SIGINT (or request_stop()); 0 after a stop."""
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        """Poll until SIGTERM/SIGINT (or request_stop(), or the stop event set); 0 after a stop."""
+        previous = polling.on_stop_signals(self._on_signal)
         try:
             self._main()
         except _Stopping:
             pass
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            polling.restore_signals(previous)
             self._in_poll = False
             try:
                 self.lease.release()
@@ -238,6 +239,25 @@ class Poller:
             status.write(self.rt.redis, self.channel, **fields)
         except Exception:  # the heartbeat is for /health; polling goes on without it
             pass
+
+
+def polling_channels(config: Any) -> list[str]:
+    """Keys of the enabled Telegram channels in polling mode: the instances of `channels:telegram`."""
+    keys = []
+    for key, channel in config.channels.items():
+        extra = channel.model_extra or {}
+        if (channel.type or key) == "telegram" and channel.enabled and extra.get("mode", "polling") == "polling":
+            keys.append(key)
+    return keys
+
+
+def run_process(ctx: Any) -> None:
+    """`picobot run channels:telegram:<key>`: poll channels.<key> until ctx.stopping is set (SIGTERM, Ctrl-C)."""
+    from picobot.channels.telegram.config import TelegramConfig
+
+    rt = polling.process_runtime(ctx)
+    cfg = TelegramConfig.from_channel(rt.config.channels[ctx.instance])
+    Poller(rt, cfg, channel=ctx.instance, stopping=ctx.stopping).run()
 
 
 def _exit_after(seconds: float) -> None:

@@ -1,4 +1,5 @@
-"""`picobot wechat`: the getupdates long poll of one WeChat account, one poller per account.
+"""`picobot run channels:wechat:<key>` (`picobot wechat`): the getupdates long poll of one WeChat account, one
+poller per account.
 
 A Redis lease (`picobot:wechat:poll:<channel>`, 10 s, renewed by a thread) lets one process poll;
 the others stand by and take over when it dies. Each message is recorded (intake.py: allow_from,
@@ -10,7 +11,8 @@ With no credentials the poller waits for `picobot channels login` (state login_r
 (the login was revoked or expired) it stops polling, marks the channel login_required, tells the
 owner on `owner_chat` if set, and polls again as soon as a new login is saved — no restart. Other
 errors back off (jittered, capped at 60 s). SIGTERM/SIGINT stop it at once: a long poll in flight
-is abandoned (its messages were not confirmed: the cursor did not move).
+is abandoned (its messages were not confirmed: the cursor did not move); the process's stop event set
+from elsewhere stops it after the poll at hand.
 """
 
 from __future__ import annotations
@@ -54,11 +56,11 @@ def backoff_delay(attempt: int, rand: Callable[[], float] = random.random) -> fl
 
 class Poller:
     def __init__(self, rt: ChannelPorts, cfg: WeChatConfig, channel: str = "wechat",
-                 lease_ttl: float = LEASE_TTL_SECS):
+                 lease_ttl: float = LEASE_TTL_SECS, stopping: threading.Event | None = None):
         self.rt, self.cfg, self.channel = rt, cfg, channel
         self.cred_path: Path = cfg.credentials_path(rt.config.home)
         self.lease = KeptLease(rt.redis, keys.wechat_poll(channel), lease_ttl, renew_secs=lease_ttl / 3)
-        self._stop = threading.Event()
+        self._stop = stopping if stopping is not None else threading.Event()  # a plugin process's ctx.stopping
         self._in_poll = False
         self._dead_token: str | None = None  # the token iLink answered -14 for: wait for another
         self._pruned_at = 0.0
@@ -66,14 +68,14 @@ class Poller:
     # ---- process lifecycle ---------------------------------------------------------------
 
     def run(self) -> int:
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        """Poll until SIGTERM/SIGINT (or the stop event set); 0 after a stop."""
+        previous = polling.on_stop_signals(self._on_signal)
         try:
             self._main()
         except _Stopping:
             pass
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            polling.restore_signals(previous)
             self._in_poll = False
             self.lease.release()
         log.info("wechat poller (%s): stopped", self.channel)
@@ -220,6 +222,20 @@ class Poller:
             status.set_state(self.rt.redis, self.channel, state_name, detail)
         except Exception:  # Redis away: /health says so by itself
             pass
+
+
+def wechat_channels(config: Any) -> list[str]:
+    """Keys of the enabled WeChat channels: the instances of `channels:wechat`."""
+    return [key for key, channel in config.channels.items() if (channel.type or key) == "wechat" and channel.enabled]
+
+
+def run_process(ctx: Any) -> None:
+    """`picobot run channels:wechat:<key>`: poll channels.<key> until ctx.stopping is set (SIGTERM, Ctrl-C)."""
+    from picobot.channels.wechat.config import WeChatConfig
+
+    rt = polling.process_runtime(ctx)
+    cfg = WeChatConfig.from_channel(rt.config.channels[ctx.instance])
+    Poller(rt, cfg, channel=ctx.instance, stopping=ctx.stopping).run()
 
 
 def _exit_after(seconds: float) -> None:
