@@ -81,12 +81,17 @@ def build_plugins(config: Config, discover: bool = True) -> PluginHost:
 
 
 def check_config(config: Config, plugins: PluginHost | None = None) -> None:
-    """Raise ConfigError for the first problem a plugin finds in its part of the config (a channel's keys)."""
+    """Raise ConfigError for the first problem a plugin finds in its part of the config (a channel's keys), or a
+    provider whose type neither PicoBot nor a plugin brings."""
+    from picobot.providers import check_provider
     from picobot.runtime.plugin_ports import settings_problems
 
     plugins = plugins or build_plugins(config, discover=False)
     for key_path, reason in [*plugins.config_problems(config), *settings_problems(config, plugins)]:
         raise ConfigError(key_path, reason)
+    adapters = plugins.provider_adapters()
+    for key, provider in config.providers.items():
+        check_provider(key, provider, adapters)
 
 
 def channel_types(config: Config) -> frozenset[str]:

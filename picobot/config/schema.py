@@ -57,7 +57,8 @@ class _Section(BaseModel):
 
 
 class ProviderConfig(_Section):
-    type: Literal["openai", "anthropic"] = "openai"
+    # "openai" | "anthropic", or a type a plugin brings (picobot_providers); an unknown one fails at start
+    type: str = Field(default="openai", pattern=r"^[a-z][a-z0-9_-]{0,39}$")
     base_url: str | None = None
     api_key: str | None = Field(default=None, repr=False)
     extra_headers: dict[str, str] = Field(default_factory=dict)

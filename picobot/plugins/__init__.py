@@ -19,7 +19,8 @@
 A channel from outside needs nothing else: `picobot_channels` gives its adapter type (`deliver` a
 `Delivery`, `normalize` a stored event into `InboundMessage`s, `Capabilities`), `picobot_routes` its
 webhook or reverse WebSocket, `picobot_processes` its long connection, `picobot_settings`,
-`picobot_tasks` and `picobot_cli` the rest (docs/PLUGINS.md, "Write a channel").
+`picobot_tasks` and `picobot_cli` the rest (docs/PLUGINS.md, "Write a channel"). A model API of another
+shape needs a `ProviderAdapter` registered with `picobot_providers` (docs/PLUGINS.md, "Provider adapters").
 
 The hooks are specified in picobot/plugins/hookspecs.py. The built-in capabilities (channels,
 memory, skills, sub-agents, scheduler, MCP) are plugins on this same SDK, registered by the
@@ -35,6 +36,7 @@ from picobot.plugins.contributions import ContributionError, HttpRequest, HttpRe
 from picobot.plugins.decorator import tool
 from picobot.plugins.hookspecs import hookspec
 from picobot.plugins.manager import PluginHost
+from picobot.providers.adapted import ProviderAdapter
 from picobot.plugins.types import (AudioClip, argument_text, Command, Deny, InputMessage, ModelRequestView, ModelResponse, Refusal,
                                    StageContext, SubagentRunView, ToolCallView, Transcript, TurnView)
 from picobot.tools.base import Tool, ToolContext
@@ -43,7 +45,8 @@ hookimpl = pluggy.HookimplMarker("picobot")
 
 __all__ = [
     "Capabilities", "ContributionError", "Delivery", "DeliveryError", "HttpRequest", "HttpResponse", "InboundMessage",
-    "AudioClip", "Command", "Deny", "InputMessage", "ModelRequestView", "ModelResponse", "PluginHost", "Refusal",
+    "AudioClip", "Command", "Deny", "InputMessage", "ModelRequestView", "ModelResponse", "PluginHost", "ProviderAdapter",
+    "Refusal",
     "StageContext", "SubagentRunView", "Tool", "ToolCallView", "ToolContext", "Transcript", "TurnView", "hookimpl",
     "hookspec", "tool", "argument_text",
 ]

@@ -1,5 +1,5 @@
 """What a plugin contributes through the `register` hooks: HTTP and WebSocket routes, Celery tasks,
-long-running processes, CLI commands and settings models.
+long-running processes, CLI commands, settings models and provider adapters.
 
 Each contribution hook takes one argument, `register`, a callback (datasette's `register_routes`,
 simonw/llm's `register_models(register)`): the plugin calls it once per thing it brings, and never
@@ -27,6 +27,10 @@ against the plugin (`/health`, `picobot plugins`), and the rest of PicoBot carri
     @hookimpl
     def picobot_settings(register):
         register("qq", QQSettings)                            # plugins.settings.qq, checked at start
+
+    @hookimpl
+    def picobot_providers(register):
+        register("echo-api", EchoAdapter())                   # providers.<key>.type: "echo-api"
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
+
+from picobot.providers import PROVIDER_TYPES
 
 # a route path: segments of letters, digits and -._~, or a <name> / <converter:name> part (werkzeug's syntax)
 _PATH = re.compile(r"^/(?:(?:[A-Za-z0-9\-._~]+|<(?:(?:int|string|path):)?[A-Za-z_]\w*>)/?)*$")
@@ -173,6 +179,15 @@ class SettingsSpec:
     model: Any  # a pydantic model class
 
 
+@dataclass(frozen=True)
+class ProviderAdapterSpec:
+    """A provider type a plugin brings: `name` for `providers.<key>.type`, `adapter` a ProviderAdapter."""
+
+    plugin: str
+    name: str
+    adapter: Any
+
+
 def check_route(plugin: str, method: Any, path: Any, handler: Any, websocket: bool = False,
                 max_body_bytes: int = MAX_BODY_BYTES) -> Route:
     method = str(method).upper() if isinstance(method, str) else method
@@ -229,3 +244,23 @@ def check_settings(plugin: str, key: Any, model: Any) -> SettingsSpec:
     if not (isinstance(model, type) and hasattr(model, "model_validate")):
         raise ContributionError(f"settings {key}: the model is not a pydantic model class")
     return SettingsSpec(plugin, key, model)
+
+
+ADAPTER_METHODS = ("transform_request", "transform_response", "transform_stream_chunk")
+
+
+def check_provider_adapter(plugin: str, name: Any, adapter: Any) -> ProviderAdapterSpec:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ContributionError(f"provider type {str(name)[:80]!r} must be lower case letters, digits, - or _")
+    if name in PROVIDER_TYPES:
+        raise ContributionError(f"provider type {name}: the name is one of PicoBot's own provider types")
+    missing = [m for m in ADAPTER_METHODS if not callable(getattr(adapter, m, None))]
+    if missing:
+        raise ContributionError(f"provider type {name}: the adapter has no callable {', '.join(missing)}")
+    path = getattr(adapter, "path", None)
+    if path is not None and (not isinstance(path, str) or not path.startswith("/") or len(path) > 500
+                             or not path.isprintable() or " " in path):
+        raise ContributionError(f"provider type {name}: path {str(path)[:80]!r} is not a path like /chat/completions")
+    if getattr(adapter, "headers", None) is not None and not callable(adapter.headers):
+        raise ContributionError(f"provider type {name}: headers must be a function of the API key")
+    return ProviderAdapterSpec(plugin, name, adapter)

@@ -122,6 +122,14 @@ def picobot_settings(register) -> None:
 
 
 @hookspec
+def picobot_providers(register) -> None:
+    """Provider types for `providers.<key>.type`: `register(type_name, adapter)`, the adapter's
+    `transform_request(body) -> body` (an OpenAI Chat Completions request to the API's), `transform_response(body)
+    -> chat.completion`, `transform_stream_chunk(event) -> chat.completion.chunk | None`, optional `path`
+    (default "/chat/completions") and `headers(api_key) -> dict` (picobot/providers/adapted.py)."""
+
+
+@hookspec
 def picobot_subscriptions(subscribe) -> None:
     """The event bus: `subscribe(event, fn)`, `fn(event_dict)` called on the bus's own thread, never in a turn
     (picobot/plugins/events.py: turn.started, model.round, turn.ended, message.delivered)."""

@@ -29,6 +29,7 @@ from picobot.plugins import discovery, hookspecs, values
 from picobot.plugins.events import EventBus, check_subscription
 from picobot.plugins.discovery import ENTRY_POINT_GROUP  # noqa: F401 (re-exported)
 from picobot.plugins.values import CUT_NOTE, MAX_TEXT, clean_text  # noqa: F401 (re-exported)
+from picobot.plugins.contributions import ContributionError, ProviderAdapterSpec, check_provider_adapter
 from picobot.plugins.decorator import as_tool
 from picobot.plugins.types import Command, Deny, ToolCallView
 from picobot.threadpool import pool
@@ -426,6 +427,20 @@ class PluginHost:
                 else:
                     found[name] = adapter
         return found
+
+    def provider_adapters(self) -> dict[str, Any]:
+        """The plugins' provider types (`picobot_providers`) by name, ProviderAdapterSpec each; on a name
+        taken, the first stays and the other is reported against its plugin."""
+        taken: set[str] = set()
+
+        def check(plugin: str, *args: Any, **kwargs: Any) -> ProviderAdapterSpec:
+            spec = check_provider_adapter(plugin, *args, **kwargs)
+            if spec.name in taken:
+                raise ContributionError(f"provider type {spec.name} is already another plugin's; the first stays")
+            taken.add(spec.name)
+            return spec
+
+        return {spec.name: spec for spec in self.contributions("picobot_providers", check)}
 
     def config_problems(self, config: Any) -> list[tuple[str, str]]:
         """Every (key path, why) problem the plugins find in their part of the config."""

@@ -1,14 +1,18 @@
 """LLM providers: a registry of provider types and `build_provider(key, cfg)`.
 
+Built-in types are registered here; a plugin's type (`picobot_providers`) is an adapter that build_provider
+is handed by the caller (picobot.providers never imports the plugins) and wraps in an AdaptedProvider.
+
 Importing this package does not import the openai or anthropic SDKs; a provider imports
 its SDK when it is constructed, so processes that never call an LLM stay small.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Mapping, Protocol
 
 from picobot.errors import ConfigError
+from picobot.providers.adapted import AdaptedProvider, AdapterType, ProviderAdapter, Report
 from picobot.providers.anthropic_provider import AnthropicProvider
 from picobot.providers.base import Provider
 from picobot.providers.openai_provider import OpenAIProvider
@@ -48,16 +52,36 @@ def register_provider_type(name: str, cls: ProviderType) -> None:
     PROVIDER_TYPES[name] = cls
 
 
-def build_provider(key: str, cfg: ProviderConfig) -> Provider:
-    """The provider for config entry `key`; ConfigError for an unknown type."""
+def check_provider(key: str, cfg: ProviderConfig, adapters: Mapping[str, AdapterType] | None = None) -> None:
+    """ConfigError when `providers.<key>` names no known type (built in, or a plugin's from `adapters`), or a
+    plugin's type without a base_url."""
+    adapters = adapters or {}
+    if cfg.type in PROVIDER_TYPES:
+        return
+    spec = adapters.get(cfg.type)
+    if spec is None:
+        known = ", ".join(sorted({*PROVIDER_TYPES, *adapters}))
+        raise ConfigError(f"providers.{key}.type", f"unknown provider type {cfg.type!r} (known: {known}; "
+                          "other types come from plugins)")
+    if not cfg.base_url:
+        raise ConfigError(f"providers.{key}.base_url", f"provider type {cfg.type!r} (plugin {spec.plugin}) "
+                          "has no default endpoint: set base_url")
+
+
+def build_provider(key: str, cfg: ProviderConfig, adapters: Mapping[str, AdapterType] | None = None,
+                   report: Report | None = None) -> Provider:
+    """The provider for config entry `key`; ConfigError for an unknown type. `adapters`: the plugins'
+    provider types by name (PluginHost.provider_adapters()); `report(plugin, hook, problem)` hears of
+    their faults."""
+    check_provider(key, cfg, adapters)
     cls = PROVIDER_TYPES.get(cfg.type)
-    if cls is None:
-        known = ", ".join(sorted(PROVIDER_TYPES))
-        raise ConfigError(f"providers.{key}.type", f"unknown provider type {cfg.type!r} (known: {known})")
-    return cls.from_config(key, cfg)
+    if cls is not None:
+        return cls.from_config(key, cfg)
+    return AdaptedProvider.from_config(key, cfg, (adapters or {})[cfg.type], report)
 
 
 register_provider_type("openai", OpenAIProvider)
 register_provider_type("anthropic", AnthropicProvider)
 
-__all__ = ["PROVIDER_TYPES", "ProviderConfig", "build_provider", "register_provider_type"]
+__all__ = ["PROVIDER_TYPES", "AdapterType", "ProviderAdapter", "ProviderConfig", "build_provider", "check_provider",
+           "register_provider_type"]

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from picobot.domain.messages import ChatMessage, Content, ToolCall, Usage, text_of
 from picobot.errors import ProviderError
 from picobot.providers._common import (
+    Redactor,
     SdkProvider,
     SdkAttempt,
     api_message,
@@ -163,30 +164,35 @@ class _OpenAIAttempt(SdkAttempt):
             raise self._provider._map_error(exc) from None
 
     def _translate(self) -> Iterator[ProviderEvent]:
-        text: list[str] = []
-        reasoning: list[str] = []
-        tools: dict[int, _ToolAcc] = {}
-        usage = Usage()
-        finish: str | None = None
         # Chunks arrive as the JSON objects the server sent (the SDK's Stream[object]: its SSE
         # parsing and in-stream error handling, without building a pydantic model per chunk).
-        # Compatible servers may leave fields out or set them to null, hence `_obj` and .get.
-        for chunk in self.sdk_stream:
-            chunk = _obj(chunk)
-            chunk_usage = _obj(chunk.get("usage"))
-            if chunk_usage:
-                usage = Usage(chunk_usage.get("prompt_tokens") or 0, chunk_usage.get("completion_tokens") or 0,
-                              _cached_tokens(chunk_usage))
-            for choice in (chunk.get("choices") or [])[:1]:
-                choice = _obj(choice)
-                delta = _obj(choice.get("delta"))
-                if delta:
-                    yield from _delta_events(delta, text, reasoning, tools)
-                finish = choice.get("finish_reason") or finish
-        if finish is None:
-            raise unavailable(self._provider.key, "stream ended before the response was complete",
-                              self._provider._redact)
-        yield _completed(text, reasoning, tools, usage, finish)
+        yield from chunk_events(self.sdk_stream, self._provider.key, self._provider._redact)
+
+
+def chunk_events(chunks: Iterable[Any], provider: str, redact: Redactor) -> Iterator[ProviderEvent]:
+    """PicoBot's events of a stream of chat.completion.chunk JSON objects, ending with Completed
+    (ProviderUnavailable when the chunks end before a finish_reason). Also the plugin adapters' parser."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    tools: dict[int, _ToolAcc] = {}
+    usage = Usage()
+    finish: str | None = None
+    # Compatible servers may leave fields out or set them to null, hence `_obj` and .get.
+    for chunk in chunks:
+        chunk = _obj(chunk)
+        chunk_usage = _obj(chunk.get("usage"))
+        if chunk_usage:
+            usage = Usage(chunk_usage.get("prompt_tokens") or 0, chunk_usage.get("completion_tokens") or 0,
+                          _cached_tokens(chunk_usage))
+        for choice in (chunk.get("choices") or [])[:1]:
+            choice = _obj(choice)
+            delta = _obj(choice.get("delta"))
+            if delta:
+                yield from _delta_events(delta, text, reasoning, tools)
+            finish = choice.get("finish_reason") or finish
+    if finish is None:
+        raise unavailable(provider, "stream ended before the response was complete", redact)
+    yield _completed(text, reasoning, tools, usage, finish)
 
 
 def _cached_tokens(usage: dict[str, Any]) -> int:

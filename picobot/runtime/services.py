@@ -86,7 +86,8 @@ class Runtime:
                 if cfg is None:
                     raise ConfigError(f"providers.{key}", "no such provider is configured "
                                       "(set OPENAI_API_KEY / OPENAI_BASE_URL or ANTHROPIC_API_KEY, or add it to config.json)")
-                self._providers[key] = build_provider(key, cfg)
+                # a plugin's provider type (picobot_providers) is handed down: providers never import plugins
+                self._providers[key] = build_provider(key, cfg, self.plugins.provider_adapters(), self.plugins.report)
             return self._providers[key]
 
     def tools(self) -> ToolRegistry:
