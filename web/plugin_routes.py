@@ -28,7 +28,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from picobot.plugins.contributions import (
     KERNEL_PATH_PREFIXES, ContributionError, HttpRequest, HttpResponse, Route, as_response, check_route,
 )
-from picobot.runtime.plugin_ports import PluginPorts
+from picobot.runtime.plugin_ports import PluginPorts, ports_for
 
 log = logging.getLogger("picobot.plugins")
 
@@ -45,7 +45,7 @@ def init_app(app: Flask) -> None:
             rt.plugins.report(route.plugin, "picobot_routes", f"route {route.path}: the path is taken; not mounted")
             continue
         taken.add(route.path)
-        ports = PluginPorts(rt, route.plugin)
+        ports = ports_for(rt, route.plugin)
         view = _socket_view(route, ports) if route.websocket else _http_view(route, ports)
         endpoint = f"plugin_{route.plugin}_{len(taken)}"
         # websocket=True: werkzeug matches an Upgrade request only to a rule that says so (as flask-sock's do)

@@ -102,7 +102,7 @@ def register_plugin_tasks(app: Celery, runtime: Callable[[], "Runtime"]) -> list
     """Register the tasks plugins contribute (`picobot_tasks`) on `app`; the names registered. A name that is
     taken (PicoBot's own, or another plugin's first) is refused and reported against the plugin."""
     from picobot.plugins.contributions import check_task
-    from picobot.runtime.plugin_ports import PluginPorts
+    from picobot.runtime.plugin_ports import PluginPorts, ports_for
 
     host = app.plugins
     names = []
@@ -114,7 +114,7 @@ def register_plugin_tasks(app: Celery, runtime: Callable[[], "Runtime"]) -> list
 
         def run(*args: Any, _spec: Any = spec, _ports: list[PluginPorts] = ports) -> Any:
             if not _ports:
-                _ports.append(PluginPorts(runtime(), _spec.plugin))
+                _ports.append(ports_for(runtime(), _spec.plugin))
             return _spec.function(_ports[0], *args)
 
         app.task(name=spec.name, ignore_result=True, shared=False)(run)

@@ -9,7 +9,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from picobot.channels.base import SOCKET_CHANNELS, ChannelAdapter
-from picobot.runtime.plugin_ports import PluginPorts
+from picobot.runtime.plugin_ports import ports_for
 
 if TYPE_CHECKING:
     from picobot.channels.ports import ChannelPorts
@@ -86,8 +86,9 @@ class ChannelRegistry:
                 cfg = self._config(channel)
                 type_name = cfg.type or channel
                 cls = load_class(adapter_path(type_name, self._types))
-                # a channel PicoBot ships gets the process's ports; a plugin's gets the SDK's PluginPorts
-                ports = self._rt if type_name in ADAPTER_TYPES else PluginPorts(self._rt, type_name)
+                # a channel PicoBot ships gets the process's ports; a plugin's gets the PluginPorts of its tier
+                owner = self._rt.plugins.channel_owners(self._rt.config).get(type_name, type_name)
+                ports = self._rt if type_name in ADAPTER_TYPES else ports_for(self._rt, owner)
                 adapter = cls(channel, cfg, ports)
                 self._adapters[channel] = adapter
             return adapter

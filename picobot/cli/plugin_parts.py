@@ -88,7 +88,7 @@ def serve(config: "Config", target: str, queue: Any) -> int:
     """Run one plugin process until SIGTERM or Ctrl-C (worker/commands.py, with the task queue)."""
     from picobot.app import build_runtime
     from picobot.logging_setup import setup_logging
-    from picobot.runtime.plugin_ports import PluginPorts
+    from picobot.runtime.plugin_ports import ports_for
     from picobot.runtime.processes import serve as serve_process
 
     host = _host(config)
@@ -100,7 +100,7 @@ def serve(config: "Config", target: str, queue: Any) -> int:
     setup_logging(config)
     rt = build_runtime(config, queue, migrate=True, plugins=host)
     try:
-        return serve_process(PluginPorts(rt, spec.plugin), spec, instance)
+        return serve_process(ports_for(rt, spec.plugin), spec, instance)
     finally:
         rt.close()
 
@@ -115,7 +115,7 @@ def plugin_command(argv: list[str], taken: frozenset[str]) -> int | None:
     from picobot.config.loader import load_config
     from picobot.errors import ConfigError
     from picobot.plugins.contributions import check_cli
-    from picobot.runtime.plugin_ports import PluginPorts
+    from picobot.runtime.plugin_ports import ports_for
 
     try:
         config = load_config()
@@ -132,7 +132,7 @@ def plugin_command(argv: list[str], taken: frozenset[str]) -> int | None:
     except ConfigError as exc:
         print(f"picobot: {exc}", file=sys.stderr)
         return 2
-    ports = PluginPorts(rt, found.plugin)
+    ports = ports_for(rt, found.plugin)
     try:
         return _invoke(found, command, argv, ports)
     finally:

@@ -729,6 +729,9 @@ class VoiceConfig(_Section):
 class PluginsConfig(_Section):
     enabled: bool = True  # false: no third-party plugin loads (the built-in capabilities always do)
     disabled: list[str] = Field(default_factory=list)  # plugin names (entry-point or file names) not to load
+    # entry-point or file plugins whose PluginPorts are the full ones (the built-ins always are); any other
+    # gets the restricted tier (picobot/runtime/plugin_ports.py): its own Redis keys and settings, no SQL
+    trusted: list[str] = Field(default_factory=list)
     hook_timeout_secs: float = Field(default=5.0, gt=0, le=600)
     audit_log: AuditLogConfig = Field(default_factory=AuditLogConfig)
     tool_policy: ToolPolicyConfig = Field(default_factory=ToolPolicyConfig)

@@ -183,6 +183,11 @@ class PluginHost:
             raise KeyError(f"no active plugin named {name!r}")
         return status.plugin
 
+    def source_of(self, name: str) -> str | None:
+        """How an active plugin was loaded (builtin | entry_point | file); None when none by that name is."""
+        status = self._active.get(name)
+        return None if status is None else status.source
+
     def statuses(self) -> list[dict[str, Any]]:
         """Every plugin seen: name, source, version, hooks, state, error (the last one), errors."""
         with self._lock:
@@ -418,14 +423,21 @@ class PluginHost:
 
     def channels(self, config: Any) -> dict[str, Any]:
         """Channel adapter types by `type` name; on a name taken, the first stays."""
-        found: dict[str, Any] = {}
+        return {name: adapter for name, (_plugin, adapter) in self._channel_offers(config).items()}
+
+    def channel_owners(self, config: Any) -> dict[str, str]:
+        """The name of the plugin offering each channel type (the one `channels` keeps)."""
+        return {name: plugin for name, (plugin, _adapter) in self._channel_offers(config).items()}
+
+    def _channel_offers(self, config: Any) -> dict[str, tuple[str, Any]]:
+        found: dict[str, tuple[str, Any]] = {}
         for impl, value in self._results("picobot_channels", {"config": config}, values.is_dict):
             for name, adapter in value.items():
                 if name in found:
                     log.warning("plugin %s: channel type %s is already taken; the first one stays",
                                 impl.status.name, name)
                 else:
-                    found[name] = adapter
+                    found[name] = (impl.status.name, adapter)
         return found
 
     def provider_adapters(self) -> dict[str, Any]:
