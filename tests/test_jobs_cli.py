@@ -106,3 +106,14 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(stack: Stack, tmp_p
         assert r.stdout == ""
     assert jobs(stack, "frobnicate").returncode == 2  # argparse's own usage error
     assert set(listed(stack)) == before
+
+
+def test_beat_schedules_the_entries_the_capabilities_register(stack: Stack) -> None:
+    """The scheduler's sync comes through `picobot_beat` (the scheduler plugin), added as beat starts; the
+    kernel's sweep beside it. Both are redbeat entries in Redis once beat runs."""
+    r = stack.redis()
+    try:
+        wait_for(lambda: r.exists("redbeat:picobot.scheduler.sync") and r.exists("redbeat:picobot.sweep"), 60,
+                 "beat's entries for the scheduler's sync and the sweep")
+    finally:
+        r.close()

@@ -300,15 +300,18 @@ def test_each_user_sees_only_their_own_section_of_the_block(rt: Runtime, llm) ->
 def test_the_beat_entry_runs_every_four_hours_on_the_maintenance_queue() -> None:
     from celery.schedules import crontab
 
+    from picobot.app import build_plugins
     from picobot.config.schema import Config
-    from worker.celery_app import make_celery
+    from worker.tasks import plugin_beat_schedule
 
-    assert MEMORY_MAINTENANCE_JOB not in make_celery(Config()).conf.beat_schedule  # the builtin scheduled job runs it
-    entry = make_celery(Config(scheduler={"enabled": False})).conf.beat_schedule[MEMORY_MAINTENANCE_JOB]
+    def schedule(config: Config) -> dict:  # what beat adds to its schedule as it starts (the memory plugin's entry)
+        return plugin_beat_schedule(build_plugins(config, discover=False))
+
+    assert MEMORY_MAINTENANCE_JOB not in schedule(Config())  # the builtin scheduled job runs it
+    entry = schedule(Config(scheduler={"enabled": False}))[MEMORY_MAINTENANCE_JOB]
     assert entry["task"] == MEMORY_MAINTENANCE_TASK and entry["options"]["queue"] == QUEUE_MAINTENANCE
-    assert entry["schedule"] == crontab(minute="0", hour="*/4")
-    off = make_celery(Config(memory={"maintenance_enabled": False}, scheduler={"enabled": False})).conf.beat_schedule
-    assert MEMORY_MAINTENANCE_JOB not in off
+    assert entry["schedule"] == crontab(minute="0", hour="*/4") and entry["options"]["expires"] == 3600
+    assert MEMORY_MAINTENANCE_JOB not in schedule(Config(memory={"maintenance_enabled": False}, scheduler={"enabled": False}))
 
 
 @pytest.fixture(scope="module")

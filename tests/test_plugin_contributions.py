@@ -109,7 +109,8 @@ class Greeter:
     @hookimpl
     def picobot_tasks(self, register: Any) -> None:
         register("greeter.say", lambda ports, text: f"{ports.settings('greeter').greeting} {text}", queue="outbound")
-        register("picobot.turn", lambda ports: None)  # PicoBot's own name
+        register("picobot.turn", lambda ports: None)  # the kernel's task
+        register("picobot.mine", lambda ports: None)  # picobot.* is for the built-ins
         register("greeter.turns", lambda ports: None, queue="turns")
 
 
@@ -178,7 +179,7 @@ def test_route_task_process_cli_and_settings_checks() -> None:
         with pytest.raises(ContributionError):
             check_route("p", *bad)
     assert check_task("p", "p.work", echo, queue="scheduled").queue == "scheduled"
-    for name in ["work", "picobot.turn", "P.Work", "p.", "p.a b", "", None, "p.x\ud800"]:
+    for name in ["work", "P.Work", "p.", "p.a b", "", None, "p.x\ud800"]:
         with pytest.raises(ContributionError):
             check_task("p", name, echo)
     with pytest.raises(ContributionError):
@@ -307,13 +308,14 @@ def test_plugin_tasks_register_on_a_worker_app_and_collisions_are_refused(runtim
 
     app = make_celery(runtime.config)
     app.__dict__["plugins"] = runtime.plugins  # the host the runtime uses (a worker builds one for both)
-    assert register_plugin_tasks(app, lambda: runtime) == ["greeter.say"]
+    registered = register_plugin_tasks(app, lambda: runtime)
+    assert "greeter.say" in registered and "picobot.deliver" in registered  # a built-in's tasks come the same way
     assert app.tasks["greeter.say"]("there") == "hi there"  # the first plugin's function, with its ports
     assert "picobot.turn" in app.tasks  # PicoBot's own stays its own
     assert "greeter.turns" not in app.tasks
     assert "the name is taken" in _errors(runtime.plugins, "intruder")
-    assert "picobot.* is PicoBot's own" in _errors(runtime.plugins, "greeter") or \
-        "queue 'turns'" in _errors(runtime.plugins, "greeter")
+    assert "picobot.mine" not in app.tasks
+    assert "picobot.* is PicoBot's own" in _errors(runtime.plugins, "greeter")
     ports = PluginPorts(runtime, "greeter")
     ports.send_task("greeter.say", "you", countdown=2)
     assert runtime.queue.sent[-1] == ("greeter.say", ["you"], "outbound", 2)  # type: ignore[attr-defined]

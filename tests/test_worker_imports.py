@@ -85,15 +85,24 @@ def test_task_and_queue_names_come_from_one_place() -> None:
     from picobot.config import Config
     from worker.celery_app import make_celery
 
+    from picobot.app import build_plugins
+    from picobot.plugins.contributions import check_task
     from picobot.titles import TITLE_TASK
+    from worker.tasks import register_plugin_tasks
 
-    app = make_celery(Config(redis_url="redis://127.0.0.1:1/0"))
+    config = Config(redis_url="redis://127.0.0.1:1/0")
+    app = make_celery(config)
+    assert set(app.conf.task_routes) == {task_names.TURN_TASK, task_names.SWEEP_TASK}  # the kernel's own two
+    app.__dict__["plugins"] = build_plugins(config, discover=False)
+    registered = register_plugin_tasks(app, lambda: None)  # as a worker does at worker_init
     names = {value for key, value in vars(task_names).items() if key.endswith("_TASK")}
     # a capability the core must not name keeps its task's name in its own package
     names |= {TITLE_TASK}
     assert names <= set(app.tasks)
-    assert set(app.conf.task_routes) == names  # every task has its queue, named in task_names
-    assert {route["queue"] for route in app.conf.task_routes.values()} == set(ALL_QUEUES)
+    assert set(registered) == names - {task_names.TURN_TASK, task_names.SWEEP_TASK}
+    specs = app.plugins.contributions("picobot_tasks", check_task)
+    queues = {spec.queue for spec in specs} | {route["queue"] for route in app.conf.task_routes.values()}
+    assert queues == set(ALL_QUEUES)
     queues = worker_argv()[worker_argv().index("-Q") + 1]
     assert queues.split(",") == list(ALL_QUEUES)
 

@@ -16,7 +16,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from picobot.webhooks import runs
 from picobot.webhooks.accept import HookError, accept, hook_config
 
-PATHS = "picobot.webhook_paths"  # app.extensions key shared with web/feishu.py and web/telegram.py
+PATHS = "picobot.webhook_paths"  # app.extensions key shared with web/plugin_routes.py (the platforms' webhooks)
 RUN_ID_CHARS = 64
 RECENT_RUNS = 50
 

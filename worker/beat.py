@@ -44,8 +44,19 @@ class PicoBeatScheduler(RedBeatScheduler):
     _due_jobs: list[tuple[str, float]] | None = None  # jobs found due this tick, sent as batches at its end
 
     def setup_schedule(self) -> None:
+        self._add_plugin_entries()
         super().setup_schedule()
         self._rebuild_jobs()
+
+    def _add_plugin_entries(self) -> None:
+        """The periodic tasks the plugins register (`picobot_beat`: the scheduler's sync, memory maintenance, …),
+        into the static schedule redbeat installs (once per process; they are the same on every setup)."""
+        host = getattr(self.app, "plugins", None)
+        if host is None:
+            return
+        from worker.tasks import plugin_beat_schedule
+
+        self.app.conf.beat_schedule.update(plugin_beat_schedule(host))  # the same entries each time: idempotent
 
     def _rebuild_jobs(self) -> None:
         runtime = getattr(self.app, "runtime", None)

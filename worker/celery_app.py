@@ -15,11 +15,8 @@ from picobot.config.home import DIRECT_REDIS_SCHEMES, REDIS_SCHEMES, url_scheme
 from picobot.config.schema import MAX_TICK_SECS
 from picobot.runtime.redis_url import resolve_broker_url, resolve_redis_url
 from picobot.app import App as Runtime, build_plugins, build_runtime
-from picobot.titles import TITLE_TASK
 from picobot.runtime.task_names import (
-    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_BATCH_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB,
-    MEMORY_MAINTENANCE_TASK, QUEUE_MAINTENANCE, QUEUE_OUTBOUND, QUEUE_SCHEDULED, QUEUE_SUBAGENTS, QUEUE_TURNS, SUBAGENT_TASK,
-    SWEEP_TASK, TURN_TASK,
+    QUEUE_MAINTENANCE, QUEUE_TURNS, SWEEP_TASK, TURN_TASK,
 )
 from worker import tasks
 from worker.queue import CeleryTaskQueue
@@ -29,7 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("picobot.worker")
 
-SYNC_EVERY_SECS = 30
 
 
 class PicoCelery(Celery):
@@ -72,13 +68,8 @@ def make_celery(config: Config) -> PicoCelery:
         task_ignore_result=True,
         task_acks_late=False,  # recovery is the sweeper's job, from SQL, not the broker's
         task_default_queue=QUEUE_TURNS,
-        task_routes={TURN_TASK: {"queue": QUEUE_TURNS}, SWEEP_TASK: {"queue": QUEUE_MAINTENANCE},
-                     COMPACT_TASK: {"queue": QUEUE_MAINTENANCE}, SUBAGENT_TASK: {"queue": QUEUE_SUBAGENTS},
-                     MEMORY_MAINTENANCE_TASK: {"queue": QUEUE_MAINTENANCE}, TITLE_TASK: {"queue": QUEUE_MAINTENANCE},
-                     JOB_FIRE_TASK: {"queue": QUEUE_SCHEDULED},
-                     JOB_FIRE_BATCH_TASK: {"queue": QUEUE_SCHEDULED}, JOB_SYNC_TASK: {"queue": QUEUE_SCHEDULED},
-                     DELIVER_TASK: {"queue": QUEUE_OUTBOUND}, CHANNEL_EVENT_TASK: {"queue": QUEUE_OUTBOUND},
-                     HOOK_CALLBACK_TASK: {"queue": QUEUE_OUTBOUND}},
+        # the kernel's tasks; a capability's or plugin's task is sent to its queue by name (worker/queue.py)
+        task_routes={TURN_TASK: {"queue": QUEUE_TURNS}, SWEEP_TASK: {"queue": QUEUE_MAINTENANCE}},
         task_serializer="json", accept_content=["json"],
         worker_prefetch_multiplier=1,
         # task events on demand: Flower (or `celery control enable_events`) switches them on, and a turn
@@ -96,11 +87,6 @@ def make_celery(config: Config) -> PicoCelery:
         beat_max_loop_interval=min(max(1, min(MAX_TICK_SECS, int(sweep_every))), config.scheduler.tick_resolution_ms / 1000),
         beat_schedule={
             SWEEP_TASK: {"task": SWEEP_TASK, "schedule": sweep_every, "options": {"queue": QUEUE_MAINTENANCE, "expires": sweep_every * 3}},
-            # scheduled jobs: their redbeat entries rebuilt/repaired from SQL (also at beat start and after a flush)
-            JOB_SYNC_TASK: {"task": JOB_SYNC_TASK, "schedule": SYNC_EVERY_SECS,
-                            "options": {"queue": QUEUE_SCHEDULED, "expires": SYNC_EVERY_SECS}},
-            # with the scheduler on, the builtin job builtin.memory_maintenance_daily fires it instead
-            **(_memory_maintenance_entry(config) if not config.scheduler.enabled else {}),
         },
         timezone=config.time.timezone,
     )
@@ -127,20 +113,6 @@ def _transport_options(url: str) -> dict:
         return {}  # RabbitMQ: kombu's defaults (no visibility timeout; every queue consumed at once)
     # replies and platform events before new turns (worker/broker.py)
     return {"visibility_timeout": 3600, "queue_order_strategy": "worker.broker:OutboundFirstCycle"}
-
-
-def _memory_maintenance_entry(config: Config) -> dict:
-    """Every 4 hours in time.timezone; a plain beat entry only while the scheduler is off (scheduler.enabled
-    false) — otherwise the builtin scheduled job builtin.memory_maintenance_daily runs it."""
-    if not (config.memory.enabled and config.memory.maintenance_enabled):
-        return {}
-    from celery.schedules import crontab
-
-    minute, hour, day, month, weekday = MEMORY_MAINTENANCE_CRON.split()
-    schedule = crontab(minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday)
-    # expires: a run the workers could not start within the hour is dropped, not piled up behind the next
-    return {MEMORY_MAINTENANCE_JOB: {"task": MEMORY_MAINTENANCE_TASK, "schedule": schedule,
-                                     "options": {"queue": QUEUE_MAINTENANCE, "expires": 3600}}}
 
 
 def _takes_turns(app: Celery) -> bool:

@@ -1,4 +1,9 @@
-"""Thin tasks: ids in, a call into picobot/, nothing else."""
+"""Thin tasks: ids in, a call into picobot/, nothing else.
+
+The kernel's two tasks are here (a turn, the sweep); every capability registers its own through
+`picobot_tasks` (deliveries, events, compaction, titles, sub-agents, jobs, webhook callbacks), and so does
+any plugin: `register_plugin_tasks` puts them on the worker's app as it starts.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +11,16 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from celery import Celery
 
-from picobot.memory.compactor import run_background
-from picobot.memory.maintenance import run_maintenance
 from picobot.runtime.sweeper import sweep
-from picobot.runtime.task_names import (
-    CHANNEL_EVENT_TASK, COMPACT_TASK, DELIVER_TASK, HOOK_CALLBACK_TASK, JOB_FIRE_BATCH_TASK, JOB_FIRE_TASK, JOB_SYNC_TASK, MEMORY_MAINTENANCE_TASK, SUBAGENT_TASK, SWEEP_TASK, TURN_TASK,
-)
+from picobot.runtime.task_names import SWEEP_TASK, TURN_TASK
 from picobot.runtime.turn_runner import drain_session
-from picobot.subagents.background import run_background_run
-from picobot.titles import TITLE_TASK
 
 if TYPE_CHECKING:
     from picobot.app import App as Runtime
 
 
 def register(app: Celery, runtime: Callable[[], "Runtime"]) -> None:
-    """Register the tasks on `app`; `runtime` gives the process's Runtime (built on first use)."""
+    """Register the kernel's tasks on `app`; `runtime` gives the process's Runtime (built on first use)."""
 
     @app.task(name=TURN_TASK, ignore_result=True, shared=False)
     def turn(session_id: str) -> int:
@@ -33,90 +32,60 @@ def register(app: Celery, runtime: Callable[[], "Runtime"]) -> None:
         """Re-wake sessions with input but no live lease; mark dead turns interrupted."""
         return sweep(runtime())
 
-    @app.task(name=COMPACT_TASK, ignore_result=True, shared=False)
-    def compact(session_id: str, force: bool = False) -> str:
-        """Fold the session's older history into a summary (see picobot.memory.compactor)."""
-        return run_background(runtime(), session_id, force=bool(force)).status
-
-    @app.task(name=MEMORY_MAINTENANCE_TASK, ignore_result=True, shared=False)
-    def memory_maintenance() -> dict:
-        """Tidy the memories of the user scopes that changed, then AGENT.md's managed block."""
-        return run_maintenance(runtime()).to_dict()
-
-    @app.task(name=TITLE_TASK, ignore_result=True, shared=False)
-    def title(session_id: str) -> str:
-        """Name a dialog after its first answer, once (see picobot.titles.writer)."""
-        from picobot.titles.writer import write_title
-
-        return write_title(runtime(), session_id)
-
-    @app.task(name=SUBAGENT_TASK, ignore_result=True, shared=False)
-    def subagent(run_id: str) -> str:
-        """Run one background sub-agent run and deliver its result to the parent session."""
-        return run_background_run(runtime(), run_id)
-
-    @app.task(name=JOB_FIRE_TASK, ignore_result=True, shared=False)
-    def fire_job(job_id: str, due_at: float | None = None, manual: bool = False) -> str:
-        """Fire one due time of a scheduled job, exactly once (claimed in SQL)."""
-        from picobot.scheduler.fire import fire
-
-        return fire(runtime(), job_id, due_at, manual=bool(manual))
-
-    @app.task(name=JOB_FIRE_BATCH_TASK, ignore_result=True, shared=False)
-    def fire_jobs(pairs: list) -> dict:
-        """Fire many due times at once ([[job_id, due_at], ...] from beat), each exactly once."""
-        from picobot.scheduler.batch import fire_batch
-
-        return fire_batch(runtime(), pairs)
-
-    @app.task(name=JOB_SYNC_TASK, ignore_result=True, shared=False)
-    def sync_jobs() -> dict:
-        """Make redbeat's job entries match SQL; handle overdue jobs and runs of dead workers."""
-        from picobot.scheduler.sync import rebuild
-
-        return rebuild(runtime())
-
-    @app.task(name=DELIVER_TASK, ignore_result=True, shared=False)
-    def deliver(channel: str, chat_id: str) -> dict:
-        """Deliver the pending outbox rows of one chat, in order (see picobot.channels.delivery)."""
-        from picobot.channels.delivery import deliver_lane
-
-        return deliver_lane(runtime(), channel, chat_id)
-
-    @app.task(name=CHANNEL_EVENT_TASK, ignore_result=True, shared=False)
-    def channel_event(event_id: int) -> str:
-        """Turn one recorded platform event into input (see picobot.channels.events)."""
-        from picobot.channels.events import process
-
-        return process(runtime(), int(event_id))
-
-    @app.task(name=HOOK_CALLBACK_TASK, ignore_result=True, shared=False)
-    def hook_callback(run_id: str) -> str:
-        """One attempt at an inbound webhook run's signed result POST (see picobot.webhooks.callback)."""
-        from picobot.webhooks.callback import send
-
-        return send(runtime(), run_id)
-
 
 def register_plugin_tasks(app: Celery, runtime: Callable[[], "Runtime"]) -> list[str]:
     """Register the tasks plugins contribute (`picobot_tasks`) on `app`; the names registered. A name that is
-    taken (PicoBot's own, or another plugin's first) is refused and reported against the plugin."""
+    taken (the kernel's, or another plugin's first) is refused and reported against the plugin, and so is a
+    `picobot.*` name from a plugin that is not built in. A built-in capability's task gets the process's ports
+    (the Ports its code is written against); any other plugin's gets its PluginPorts."""
     from picobot.plugins.contributions import check_task
-    from picobot.runtime.plugin_ports import PluginPorts, ports_for
+    from picobot.runtime.plugin_ports import ports_for
 
     host = app.plugins
+    builtin = {s["name"] for s in host.statuses() if s["source"] == "builtin"}
     names = []
     for spec in host.contributions("picobot_tasks", check_task):
         if spec.name in app.tasks:
             host.report(spec.plugin, "picobot_tasks", f"task {spec.name}: the name is taken; not registered")
             continue
-        ports: list[PluginPorts] = []
+        if spec.name.startswith("picobot.") and spec.plugin not in builtin:
+            host.report(spec.plugin, "picobot_tasks", f"task {spec.name}: picobot.* is PicoBot's own; not registered")
+            continue
+        ports: list[Any] = []
 
-        def run(*args: Any, _spec: Any = spec, _ports: list[PluginPorts] = ports) -> Any:
+        def run(*args: Any, _spec: Any = spec, _ports: list[Any] = ports, _builtin: bool = spec.plugin in builtin,
+                **kwargs: Any) -> Any:
             if not _ports:
-                _ports.append(ports_for(runtime(), _spec.plugin))
-            return _spec.function(_ports[0], *args)
+                _ports.append(runtime() if _builtin else ports_for(runtime(), _spec.plugin))
+            return _spec.function(_ports[0], *args, **kwargs)  # keyword arguments too (a job's manual run)
 
         app.task(name=spec.name, ignore_result=True, shared=False)(run)
         names.append(spec.name)
     return names
+
+
+def plugin_beat_schedule(host: Any) -> dict[str, dict[str, Any]]:
+    """Beat entries the plugins contribute (`picobot_beat`), in Celery's beat_schedule shape."""
+    from celery.schedules import crontab
+
+    from picobot.plugins.contributions import check_beat
+
+    schedule: dict[str, dict[str, Any]] = {}
+    for entry in host.contributions("picobot_beat", check_beat):
+        if entry.name in schedule:
+            host.report(entry.plugin, "picobot_beat", f"beat entry {entry.name}: the name is taken")
+            continue
+        if entry.cron is not None:
+            minute, hour, day, month, weekday = entry.cron.split()
+            try:
+                when: Any = crontab(minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday)
+            except (ValueError, TypeError) as exc:
+                host.report(entry.plugin, "picobot_beat", f"beat entry {entry.name}: cron {entry.cron!r}: {exc}")
+                continue
+        else:
+            when = entry.every
+        options: dict[str, Any] = {"queue": entry.queue}
+        if entry.expires is not None:
+            options["expires"] = entry.expires
+        schedule[entry.name] = {"task": entry.task, "schedule": when, "args": list(entry.args), "options": options}
+    return schedule

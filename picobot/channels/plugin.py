@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from picobot.channels.ports import channel_ports
 from picobot.plugins import HttpRequest, HttpResponse, hookimpl
+from picobot.runtime.task_names import CHANNEL_EVENT_TASK, DELIVER_TASK
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -35,6 +36,11 @@ class ChannelsPlugin:
 
                 self._registry = ChannelRegistry(channel_ports(ports), ports.plugins.channels(ports.config))
             return self._registry
+
+    @hookimpl
+    def picobot_tasks(self, register: Any) -> None:
+        register(DELIVER_TASK, _deliver_lane, queue="outbound")
+        register(CHANNEL_EVENT_TASK, _process_event, queue="outbound")
 
     def start_web(self, ports: "Ports") -> None:
         """The web process's part: its webhooks (picobot_routes) answer with these ports, and Telegram is
@@ -198,3 +204,17 @@ def _heard(messages: Any) -> str:
             if part.startswith(SPOKEN_MARK):
                 said.append(part[len(SPOKEN_MARK):].strip())
     return "\n".join(s for s in said if s)
+
+
+def _deliver_lane(ports: "Ports", channel: str, chat_id: str) -> dict:
+    """Deliver the pending outbox rows of one chat, in order (see picobot.channels.delivery)."""
+    from picobot.channels.delivery import deliver_lane
+
+    return deliver_lane(channel_ports(ports), channel, chat_id)
+
+
+def _process_event(ports: "Ports", event_id: int) -> str:
+    """Turn one recorded platform event into input (see picobot.channels.events)."""
+    from picobot.channels.events import process
+
+    return process(channel_ports(ports), int(event_id))

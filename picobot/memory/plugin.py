@@ -12,6 +12,8 @@ from picobot.domain.scope import scope_key_for
 from picobot.errors import ToolError
 from picobot.memory.ports import memory_ports
 from picobot.plugins import hookimpl
+from picobot.runtime.task_names import (COMPACT_TASK, MEMORY_MAINTENANCE_CRON, MEMORY_MAINTENANCE_JOB,
+                                        MEMORY_MAINTENANCE_TASK)
 
 if TYPE_CHECKING:
     from picobot.memory import MemoryStore
@@ -53,6 +55,21 @@ class MemoryPlugin:
                 self._knowledge = KnowledgeBase([("workspace", workspace), ("home", ports.config.home / "knowledge")],
                                                 workspace)
             return self._knowledge
+
+    @hookimpl
+    def picobot_tasks(self, register: Any) -> None:
+        register(COMPACT_TASK, _compact, queue="maintenance")
+        register(MEMORY_MAINTENANCE_TASK, _maintain, queue="maintenance")
+
+    @hookimpl
+    def picobot_beat(self, register: Any, config: Any) -> None:
+        """Every 4 hours in time.timezone; a plain beat entry only while the scheduler is off (scheduler.enabled
+        false) — otherwise the builtin scheduled job builtin.memory_maintenance_daily runs it. Expires: a run the
+        workers could not start within the hour is dropped, not piled up behind the next."""
+        if config.scheduler.enabled or not (config.memory.enabled and config.memory.maintenance_enabled):
+            return
+        register(MEMORY_MAINTENANCE_JOB, MEMORY_MAINTENANCE_TASK, cron=MEMORY_MAINTENANCE_CRON, queue="maintenance",
+                 expires=3600)
 
     @hookimpl
     def picobot_tools(self, ports: "Ports") -> list[Any]:
@@ -123,3 +140,17 @@ class MemoryPlugin:
 
         run_maintenance(memory_ports(ports))
         return True
+
+
+def _compact(ports: "Ports", session_id: str, force: bool = False) -> str:
+    """Fold the session's older history into a summary (see picobot.memory.compactor)."""
+    from picobot.memory.compactor import run_background
+
+    return run_background(ports, session_id, force=bool(force)).status  # type: ignore[arg-type]
+
+
+def _maintain(ports: "Ports") -> dict:
+    """Tidy the memories of the user scopes that changed, then AGENT.md's managed block."""
+    from picobot.memory.maintenance import run_maintenance
+
+    return run_maintenance(ports).to_dict()  # type: ignore[arg-type]

@@ -208,14 +208,47 @@ def check_route(plugin: str, method: Any, path: Any, handler: Any, websocket: bo
 
 
 def check_task(plugin: str, name: Any, function: Any, queue: str = "maintenance") -> TaskSpec:
-    if not isinstance(name, str) or not _TASK_NAME.match(name) or name.startswith("picobot."):
-        raise ContributionError(f"task name {str(name)[:80]!r} must be namespaced like '{plugin}.<what>' "
-                                "(lower case; picobot.* is PicoBot's own)")
+    if not isinstance(name, str) or not _TASK_NAME.match(name):
+        raise ContributionError(f"task name {str(name)[:80]!r} must be namespaced like '{plugin}.<what>' (lower case)")
     if not callable(function):
         raise ContributionError(f"task {name}: the function is not callable")
     if queue not in TASK_QUEUES:
         raise ContributionError(f"task {name}: queue {queue!r} is not one of {', '.join(sorted(TASK_QUEUES))}")
     return TaskSpec(plugin, name, function, queue)
+
+
+@dataclass(frozen=True)
+class BeatEntry:
+    plugin: str
+    name: str
+    task: str
+    every: float | None = None
+    cron: str | None = None
+    queue: str = "maintenance"
+    expires: float | None = None
+    args: tuple[Any, ...] = ()
+
+
+def check_beat(plugin: str, name: Any, task: Any, every: Any = None, cron: Any = None, queue: str = "maintenance",
+               expires: Any = None, args: Any = ()) -> BeatEntry:
+    if not isinstance(name, str) or not name or len(name) > 100 or not name.isprintable():
+        raise ContributionError(f"beat entry name {str(name)[:80]!r} is not a name")
+    if not isinstance(task, str) or not _TASK_NAME.match(task):
+        raise ContributionError(f"beat entry {name}: task {str(task)[:80]!r} is not a task name")
+    if (every is None) == (cron is None):
+        raise ContributionError(f"beat entry {name}: give exactly one of every (seconds) or cron")
+    if every is not None and (isinstance(every, bool) or not isinstance(every, (int, float)) or not 1 <= every <= 86400 * 31):
+        raise ContributionError(f"beat entry {name}: every must be 1 s to 31 days")
+    if cron is not None and (not isinstance(cron, str) or len(cron.split()) != 5):
+        raise ContributionError(f"beat entry {name}: cron must have five fields (minute hour day month weekday)")
+    if queue not in TASK_QUEUES:
+        raise ContributionError(f"beat entry {name}: queue {queue!r} is not one of {', '.join(sorted(TASK_QUEUES))}")
+    if expires is not None and (isinstance(expires, bool) or not isinstance(expires, (int, float)) or expires <= 0):
+        raise ContributionError(f"beat entry {name}: expires must be a positive number of seconds")
+    if not isinstance(args, (list, tuple)):
+        raise ContributionError(f"beat entry {name}: args must be a list")
+    return BeatEntry(plugin, name, task, float(every) if every is not None else None, cron, queue,
+                     float(expires) if expires is not None else None, tuple(args))
 
 
 def check_process(plugin: str, name: Any, run: Any, instances: Any = None) -> ProcessSpec:

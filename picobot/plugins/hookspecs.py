@@ -110,6 +110,12 @@ def picobot_processes(register) -> None:
 
 
 @hookspec
+def picobot_beat(register, config) -> None:
+    """Periodic tasks for beat: `register(name, task, every=secs | cron="m h dom mon dow", queue="maintenance",
+    expires=None, args=())`, run by the one beat process (in `time.timezone`)."""
+
+
+@hookspec
 def picobot_cli(register) -> None:
     """CLI commands: `register(name, command)`, a click command or group, or `fn(argv) -> exit code`;
     run as `picobot <name> ...`."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from picobot.domain.messages import text_of
 from picobot.plugins import hookimpl
@@ -29,6 +29,10 @@ def first_answer(turn: "TurnView") -> bool:
 
 class TitlesPlugin:
     @hookimpl
+    def picobot_tasks(self, register: Any) -> None:
+        register(TITLE_TASK, _write_title, queue="maintenance")
+
+    @hookimpl
     def picobot_turn_finished(self, turn: "TurnView", ports: "Ports") -> None:
         """The title task for a dialog's first answer; the task itself decides whether one is due (SQL)."""
         if not ports.config.titles.enabled or turn.channel in UNBROWSED_CHANNELS or not first_answer(turn):
@@ -37,3 +41,10 @@ class TitlesPlugin:
             ports.queue.enqueue_background(TITLE_TASK, [turn.session_id])
         except Exception:  # the turn is answered; the dialog keeps its preview
             log.exception("could not enqueue the title of %s", turn.session_id)
+
+
+def _write_title(ports: "Ports", session_id: str) -> str:
+    """Name a dialog after its first answer, once (see picobot.titles.writer)."""
+    from picobot.titles.writer import write_title
+
+    return write_title(ports, session_id)

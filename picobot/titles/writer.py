@@ -74,7 +74,7 @@ def _write(rt: "Ports", session_id: str) -> str:
     call = _Call(provider_key, model.model_id)
     try:
         reply = _ask(provider_key, provider_cfg, model, prompt.request(*exchange, rt.config.titles.max_chars),
-                     rt.config.titles.timeout_secs, call)
+                     rt.config.titles.timeout_secs, call, rt.plugins)
     except PicoBotError as exc:  # the preview stays; this dialog is not tried again
         call.error = type(exc).__name__
         log.warning("no title for %s: %s", session_id, exc)
@@ -94,10 +94,12 @@ def _model_of(config: "Config", agent: str) -> tuple[str, "ProviderConfig", "Mod
 
 
 def _ask(key: str, cfg: "ProviderConfig", model: "ModelConfig", messages: list[Any], timeout: float,
-         call: _Call) -> str:
+         call: _Call, plugins: Any) -> str:
     """The reply's text; ProviderError when the call fails or takes longer than `timeout`."""
-    # a provider of its own: no retries (one attempt per dialog) and the titles' timeout
-    provider = build_provider(key, cfg.model_copy(update={"max_retries": 0, "llm_timeout_secs": timeout}))
+    # a provider of its own: no retries (one attempt per dialog) and the titles' timeout; a plugin's provider type
+    # (picobot_providers) as for a turn
+    provider = build_provider(key, cfg.model_copy(update={"max_retries": 0, "llm_timeout_secs": timeout}),
+                              plugins.provider_adapters(), plugins.report)
     request = ChatRequest(model=model.model_id, messages=messages, temperature=model.temperature,
                           max_tokens=model.max_tokens, options=dict(model.options))
     cancel = CancelToken()

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from picobot.plugins import hookimpl
+from picobot.runtime.task_names import HOOK_CALLBACK_TASK
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -28,6 +29,10 @@ CALLBACK_GRACE_SECS = 5.0
 
 
 class WebhooksPlugin:
+    @hookimpl
+    def picobot_tasks(self, register: Any) -> None:
+        register(HOOK_CALLBACK_TASK, _send_callback, queue="outbound")
+
     @hookimpl
     def picobot_config_check(self, config: Any) -> list[tuple[str, str]]:
         from picobot.webhooks.template import TemplateError, compile_template
@@ -102,3 +107,10 @@ def _enqueue(ports: "Ports", run_ids: list[str]) -> None:
 
     for run_id in run_ids:
         enqueue(ports, run_id)
+
+
+def _send_callback(ports: "Ports", run_id: str) -> str:
+    """One attempt at an inbound webhook run's signed result POST (see picobot.webhooks.callback)."""
+    from picobot.webhooks.callback import send
+
+    return send(ports, run_id)
