@@ -399,7 +399,10 @@ def test_a_name_that_would_reach_picobots_or_another_plugins_keys_owns_none(runt
     assert runtime.redis.get(key) is None
 
 
-def test_its_process_status_is_written_and_no_other_plugins(ports: PluginPorts, runtime: App, raw: redis.Redis) -> None:
+def test_its_process_status_is_written_by_picobot_and_not_by_the_plugin(ports: PluginPorts, runtime: App,
+                                                                           raw: redis.Redis) -> None:
+    """The runner writes a process's status with the process's own client: the plugin's guarded Redis may not
+    write PicoBot's keys, its own process's status key included."""
     from picobot.coord import keys
     from picobot.plugins.contributions import ProcessSpec
     from picobot.runtime.processes import serve, statuses
@@ -411,8 +414,10 @@ def test_its_process_status_is_written_and_no_other_plugins(ports: PluginPorts, 
         ctx.ports.redis.set("qq:seen", "1")
         stopping.set()
 
-    assert serve(ports, ProcessSpec("qq", "connection", run), "main", stopping, handle_signals=False) == 0
+    assert serve(ports, ProcessSpec("qq", "connection", run), "main", stopping, handle_signals=False,
+                 status_redis=runtime.redis) == 0
     assert [(s["plugin"], s["state"]) for s in statuses(runtime.redis)] == [("qq", "stopped")]
     assert raw.get("qq:seen") == b"1"
+    _refused(ports.redis.set, keys.plugin_process("qq", "connection", "main"), "{}")
     _refused(ports.redis.set, keys.plugin_process("other", "connection", "main"), "{}")
     _refused(ports.redis.set, keys.PROCESS_PREFIX + "qqx:connection:main", "{}")

@@ -100,7 +100,7 @@ def serve(config: "Config", target: str, queue: Any) -> int:
     setup_logging(config)
     rt = build_runtime(config, queue, migrate=True, plugins=host)
     try:
-        return serve_process(ports_for(rt, spec.plugin), spec, instance)
+        return serve_process(ports_for(rt, spec.plugin), spec, instance, status_redis=rt.redis)
     finally:
         rt.close()
 

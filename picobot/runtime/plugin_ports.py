@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
 import redis
 from redis.client import Pipeline
 
-from picobot.coord import keys
 from picobot.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -167,9 +166,7 @@ class RestrictedPluginPorts(PluginPorts):
         with self._lock:
             if self._redis is None:
                 inner = self._rt.redis
-                # its processes' status keys too: PicoBot's process runner writes them with these ports
-                status = f"{keys.PROCESS_PREFIX}{self.plugin}:"
-                self._redis = GuardedRedis(inner, KeyGuard(self.plugin, inner.get_encoder().encoding, [status]))
+                self._redis = GuardedRedis(inner, KeyGuard(self.plugin, inner.get_encoder().encoding))
             return self._redis
 
     @property

@@ -84,13 +84,15 @@ class StatusBoard:
 
 
 def serve(ports: "PluginPorts", spec: "ProcessSpec", instance: str, stopping: threading.Event | None = None,
-          handle_signals: bool = True, rand: Callable[[], float] | None = None) -> int:
-    """Run the process until stopped; 0 when stopped by a signal or `stopping`."""
+          handle_signals: bool = True, rand: Callable[[], float] | None = None,
+          status_redis: "redis.Redis | None" = None) -> int:
+    """Run the process until stopped; 0 when stopped by a signal or `stopping`. Its status goes to
+    `status_redis`, the process's own client (PicoBot's key, which an untrusted plugin's Redis may not write)."""
     stopping = stopping or threading.Event()
     if handle_signals:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stopping.set())
-    board = StatusBoard(ports.redis, spec, instance)
+    board = StatusBoard(status_redis if status_redis is not None else ports.redis, spec, instance)
     ctx = ProcessContext(ports, instance, stopping,
                          lambda state, detail: board.update(state=state, detail=ports.redact(detail)))
     refresher = threading.Thread(target=_refresh, args=(board, stopping), name=f"{spec.plugin}-{spec.name}-status",
