@@ -486,3 +486,60 @@ def test_picobot_up_plans_one_child_per_instance(plugin_home: Path) -> None:
     assert "('homeplug:conn (d1)', 'homeplug:conn:d1')" in done.stdout
     assert "('homeplug:conn (d2)', 'homeplug:conn:d2')" in done.stdout
 
+
+
+# ---------------------------------------------------------------- web UI pages
+
+PAGE_JS = """export function createPage(ctx) {
+  const el = ctx.h("section", { id: "greeter-page" }, ctx.h("h1", null, "Greeter"));
+  return { el, show: async () => { el.dataset.greeting = (await ctx.api("/api/me")) ? "ready" : "no"; } };
+}
+"""
+
+
+def test_pages_are_listed_and_served_and_bad_ones_refused(tmp_path: Path, redis_url: str) -> None:
+    from picobot.plugins.contributions import check_page
+    from web.app import create_app
+
+    script = tmp_path / "greeter.js"
+    script.write_text(PAGE_JS)
+
+    class Pages:
+        @hookimpl
+        def picobot_pages(self, register: Any) -> None:
+            register("greet", "Greeter", str(script), icon="chat", group="main")
+            register("odd", "Odd icon", str(script), icon="no-such-icon")
+            register("Bad Id", "x", str(script))
+            register("rel", "Relative", "greeter.js")
+            register("missing", "Missing", str(tmp_path / "nope.js"))
+            register("notjs", "Not JS", str(tmp_path / "config.json"))
+            register("long", "x" * 41, str(script))
+
+    config = _config(tmp_path, redis_url)
+    host = _host(config, Pages())
+    rt = build_runtime(config, _Queue(), migrate=True, plugins=host)  # type: ignore[arg-type]
+    app = create_app(runtime=rt)
+    try:
+        client = app.test_client()
+        pages = client.get("/api/ui/pages").json["pages"]
+        assert [(p["id"], p["title"], p["icon"], p["group"]) for p in pages] == [
+            ("pages-greet", "Greeter", "chat", "main"), ("pages-odd", "Odd icon", "tool", "manage")]
+        served = client.get(pages[0]["src"])
+        assert served.status_code == 200 and served.mimetype == "text/javascript"
+        assert served.data.decode() == PAGE_JS
+        assert client.get("/plugin-pages/pages/nope.js").status_code == 404
+        assert client.get("/plugin-pages/other/greet.js").status_code == 404
+        assert client.get("/plugin-pages/pages/..%2Fgreet.js").status_code == 404
+        errors = next(s for s in rt.plugins.statuses() if s["name"] == "pages")
+        assert errors["errors"] == 5  # the bad id, the relative, missing and non-JS scripts, the long title
+        with pytest.raises(ContributionError):
+            check_page("Bad Plugin", "p", "t", str(script))
+        script.unlink()  # a page whose file went away answers 500 and is reported, the rest stands
+        assert client.get(pages[0]["src"]).status_code == 500
+        assert "cannot be read" not in (errors.get("error") or "")
+        assert "FileNotFoundError" in _errors(rt.plugins, "pages")
+    finally:
+        relay = app.extensions.get("picobot.live")
+        if relay is not None:
+            relay.stop()
+        rt.close()

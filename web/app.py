@@ -113,6 +113,9 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     from web import plugin_routes
 
     plugin_routes.init_app(app)  # what plugins register (picobot_routes), after PicoBot's own paths
+    from web import plugin_pages
+
+    app.register_blueprint(plugin_pages.bp)  # the UI pages plugins register (picobot_pages)
     runtime.plugins.plugin("channels").start_web(runtime)  # the platforms' webhooks answer with these ports
     from picobot.channels.live import start_relay
 

@@ -47,7 +47,8 @@ _PATH = re.compile(r"^/(?:(?:[A-Za-z0-9\-._~]+|<(?:(?:int|string|path):)?[A-Za-z
 _TASK_NAME = re.compile(r"^[a-z][a-z0-9_]*(?:[.:-][a-z0-9_]+)+$")  # namespaced: "<plugin>.<what>"
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
-KERNEL_PATH_PREFIXES = ("/ws", "/api", "/v1", "/health", "/metrics", "/hooks", "/static", "/pair")
+KERNEL_PATH_PREFIXES = ("/ws", "/api", "/v1", "/health", "/metrics", "/hooks", "/static", "/assets", "/pair",
+                        "/plugin-pages")
 TASK_QUEUES = frozenset({"maintenance", "outbound", "scheduled", "subagents"})  # never "turns": a turn's slot is a turn's
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -215,6 +216,51 @@ def check_task(plugin: str, name: Any, function: Any, queue: str = "maintenance"
     if queue not in TASK_QUEUES:
         raise ContributionError(f"task {name}: queue {queue!r} is not one of {', '.join(sorted(TASK_QUEUES))}")
     return TaskSpec(plugin, name, function, queue)
+
+
+@dataclass(frozen=True)
+class PageSpec:
+    plugin: str
+    page_id: str
+    title: str
+    script: str  # an absolute path to the page's ES module
+    icon: str = "tool"
+    group: str = "manage"
+
+    @property
+    def route(self) -> str:
+        """The page's id in the web UI's hash route (#/<route>): the plugin's name and the page's, so no
+        plugin's page can take a built-in page's place (those have no dash)."""
+        return f"{self.plugin}-{self.page_id}"
+
+
+PAGE_ICONS = frozenset({"chat", "pulse", "sliders", "devices", "copy", "book", "send", "tool", "brain", "clock", "bars"})
+MAX_PAGE_SCRIPT_BYTES = 512 * 1024
+_PLUGIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+
+
+def check_page(plugin: str, page_id: Any, title: Any, script: Any, icon: Any = "tool", group: Any = "manage") -> PageSpec:
+    from pathlib import Path
+
+    if not _PLUGIN_NAME.match(plugin or ""):
+        raise ContributionError(f"plugin name {plugin[:40]!r} cannot name a page (lower case letters, digits, - or _)")
+    if not isinstance(page_id, str) or not _NAME.match(page_id):
+        raise ContributionError(f"page id {str(page_id)[:80]!r} must be lower case letters, digits, - or _")
+    if not isinstance(title, str) or not title.strip() or len(title) > 40 or not title.isprintable():
+        raise ContributionError(f"page {page_id}: the title must be 1 to 40 printable characters")
+    if group not in ("main", "manage"):
+        raise ContributionError(f"page {page_id}: group must be main or manage")
+    if not isinstance(script, (str, Path)):
+        raise ContributionError(f"page {page_id}: script must be the path of a .js file")
+    path = Path(script)
+    try:
+        ok = path.is_absolute() and path.suffix == ".js" and path.is_file() and path.stat().st_size <= MAX_PAGE_SCRIPT_BYTES
+    except (OSError, ValueError):
+        ok = False
+    if not ok:
+        raise ContributionError(f"page {page_id}: script {str(script)[:120]!r} is not an absolute path to a .js file "
+                                f"of at most {MAX_PAGE_SCRIPT_BYTES // 1024} KiB")
+    return PageSpec(plugin, page_id, title.strip(), str(path), icon if icon in PAGE_ICONS else "tool", group)
 
 
 @dataclass(frozen=True)

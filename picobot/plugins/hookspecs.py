@@ -116,6 +116,13 @@ def picobot_beat(register, config) -> None:
 
 
 @hookspec
+def picobot_pages(register) -> None:
+    """Web UI pages: `register(page_id, title, script, icon="tool", group="manage")`. `script`: the path of an ES
+    module file exporting `createPage(ctx)` -> {el, show(), hide()}; served to paired browsers, linked in the
+    navigation (group "main" above the dialogs, "manage" in the management section)."""
+
+
+@hookspec
 def picobot_cli(register) -> None:
     """CLI commands: `register(name, command)`, a click command or group, or `fn(argv) -> exit code`;
     run as `picobot <name> ...`."""

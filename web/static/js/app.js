@@ -6,6 +6,7 @@ import { h, icon, clear } from "./dom.js";
 import { ChatSocket } from "./socket.js";
 import { api } from "./api.js";
 import { PAGES, DEFAULT_PAGE } from "./pages.js";
+import { pageFrame, errorBox } from "./pages/common.js";
 import * as chatPage from "./chat/page.js"; // the default page: loaded with the shell, not on demand
 
 const CHAT_ID_KEY = "picobot.chat_id";
@@ -38,16 +39,42 @@ const ctx = {
   openNav: () => root.classList.add("nav-open"),
   closeNav: () => root.classList.remove("nav-open"),
   go: (id) => { location.hash = `#/${id}`; },
+  // for the pages plugins bring (GET /api/ui/pages): the app's request and DOM helpers, so a page module
+  // needs no import of the app's own files
+  api,
+  h,
+  icon,
+  pageFrame: (id, title, subtitle) => pageFrame(ctx, id, title, subtitle), // {el, body}: the built-in pages' frame
+  errorBox,
 };
 
+function addLink(page) {
+  const link = h("a", { href: `#/${page.id}`, class: "nav-link", dataset: { page: page.id } },
+    icon(page.icon), h("span", null, page.title));
+  link.addEventListener("click", () => ctx.closeNav());
+  (page.group === "manage" ? navManage : navMain).append(link);
+}
+
 function buildNav() {
-  for (const page of PAGES) {
-    const link = h("a", { href: `#/${page.id}`, class: "nav-link", dataset: { page: page.id } },
-      icon(page.icon), h("span", null, page.title));
-    link.addEventListener("click", () => ctx.closeNav());
-    (page.group === "manage" ? navManage : navMain).append(link);
-  }
+  for (const page of PAGES) addLink(page);
   document.getElementById("scrim").addEventListener("click", () => ctx.closeNav());
+}
+
+// The pages plugins register: listed by the server, each module loaded on first visit like a built-in page.
+async function addPluginPages() {
+  let pages = [];
+  try {
+    ({ pages } = await api("/api/ui/pages"));
+  } catch {
+    return; // the built-in pages work without them
+  }
+  for (const p of pages || []) {
+    if (!/^[\w-]+$/.test(p.id) || PAGES.some((q) => q.id === p.id)) continue;
+    const page = { id: p.id, title: p.title, icon: p.icon, group: p.group === "main" ? "main" : "manage",
+                   load: () => import(p.src) };
+    PAGES.push(page);
+    addLink(page);
+  }
 }
 
 async function instance(page) {
@@ -107,3 +134,4 @@ instances.set(DEFAULT_PAGE, chatPage.createPage(ctx));
 socket.connect();
 window.addEventListener("hashchange", route);
 route();
+addPluginPages().then(() => { if (location.hash.match(/^#\/[\w-]+-[\w-]+/)) route(); });
