@@ -122,6 +122,20 @@ class App(Runtime):
     def skills(self) -> "SkillCatalog | None":
         return self._plugin("skills").catalog(self)
 
+    def inject_input(self, channel: str, chat_id: str, sender_id: str, content: Any, key: str | None = None,
+                     mode: str = "steer") -> dict[str, Any]:
+        """Input a plugin brings from outside (a timer, a sensor, another bot) into a chat, as if its sender had
+        written it: allow_from, the content checks, rate limits and commands apply; `key` dedupes a redelivery.
+        The gateway's answer as a frame (accepted with its fate, rejected with why, or a command's reply)."""
+        from picobot.domain.channel import InboundMessage
+        from picobot.gateway.intake import Gateway
+
+        if mode not in ("steer", "queue"):
+            raise ValueError("mode is steer or queue")
+        msg = InboundMessage(channel=channel, chat_id=chat_id, sender_id=sender_id, content=content,
+                             platform_message_id=key, mode=mode)
+        return Gateway(self).submit(msg).to_frame()
+
     def mcp_statuses(self) -> list[dict[str, Any]]:
         """State of each MCP server in this process (empty until the tools were built)."""
         return self._plugin("mcp").statuses()

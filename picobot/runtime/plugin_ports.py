@@ -97,6 +97,22 @@ class PluginPorts:
                             type(exc).__name__)
         return event_id, created
 
+    def inject_input(self, channel: str, chat_id: str, content: Any, sender_id: str, key: str | None = None,
+                     mode: str = "steer") -> dict[str, Any]:
+        """Bring input from outside (a timer, a sensor, another bot) into a chat, as `sender_id` wrote it: it
+        starts or steers a turn whose answer goes to that chat like any other (allow_from applies). `key` makes a
+        redelivery count once; `mode` "queue" waits for the running turn. The gateway's answer as a frame."""
+        if not all(isinstance(v, str) and v for v in (channel, chat_id, sender_id)):
+            raise ValueError("inject_input needs a channel, a chat id and a sender id (strings)")
+        inject = getattr(self._rt, "inject_input", None)
+        if inject is None:
+            raise RuntimeError("this process cannot take input")
+        return inject(channel, chat_id, sender_id, content, key=key, mode=mode)
+
+    def inject_interrupt(self, channel: str, chat_id: str, sender_id: str) -> dict[str, Any]:
+        """Stop the chat's running turn and clear its waiting input, as `/stop` from `sender_id` would."""
+        return self.inject_input(channel, chat_id, "/stop", sender_id)
+
     def send_task(self, name: str, *args: Any, countdown: float = 0) -> None:
         spec = self._task(name)
         self._rt.queue.enqueue_background(name, list(args), queue=spec.queue, countdown=countdown)
@@ -188,6 +204,14 @@ class RestrictedPluginPorts(PluginPorts):
             raise refusal(self.plugin, f"record an event for the channel {_shown(channel)}",
                           "only for a configured channel of a type it offers (picobot_channels)")
         return super().record_event(channel, event_key, payload)
+
+    def inject_input(self, channel: str, chat_id: str, content: Any, sender_id: str, key: str | None = None,
+                     mode: str = "steer") -> dict[str, Any]:
+        cfg = self._rt.config.channels.get(channel) if isinstance(channel, str) else None
+        if cfg is None or (cfg.type or channel) not in self._own_channel_types():
+            raise refusal(self.plugin, f"bring input into the channel {_shown(channel)}",
+                          "only into a configured channel of a type it offers (picobot_channels)")
+        return super().inject_input(channel, chat_id, content, sender_id, key=key, mode=mode)
 
     def _own_channel_types(self) -> frozenset[str]:
         if self._channel_types is None:
