@@ -191,8 +191,8 @@ class ProviderAdapterSpec:
 
 def check_route(plugin: str, method: Any, path: Any, handler: Any, websocket: bool = False,
                 max_body_bytes: int = MAX_BODY_BYTES) -> Route:
-    method = str(method).upper() if isinstance(method, str) else method
-    if method not in METHODS:
+    method = method.upper() if isinstance(method, str) else method
+    if not isinstance(method, str) or method not in METHODS:
         raise ContributionError(f"route {path!r}: method {method!r} is not one of {', '.join(sorted(METHODS))}")
     if (not isinstance(path, str) or len(path) > 200 or not _PATH.match(path)
             or any(part in (".", "..") for part in path.split("/"))):
@@ -213,7 +213,7 @@ def check_task(plugin: str, name: Any, function: Any, queue: str = "maintenance"
         raise ContributionError(f"task name {str(name)[:80]!r} must be namespaced like '{plugin}.<what>' (lower case)")
     if not callable(function):
         raise ContributionError(f"task {name}: the function is not callable")
-    if queue not in TASK_QUEUES:
+    if not isinstance(queue, str) or queue not in TASK_QUEUES:
         raise ContributionError(f"task {name}: queue {queue!r} is not one of {', '.join(sorted(TASK_QUEUES))}")
     return TaskSpec(plugin, name, function, queue)
 
@@ -260,7 +260,7 @@ def check_page(plugin: str, page_id: Any, title: Any, script: Any, icon: Any = "
     if not ok:
         raise ContributionError(f"page {page_id}: script {str(script)[:120]!r} is not an absolute path to a .js file "
                                 f"of at most {MAX_PAGE_SCRIPT_BYTES // 1024} KiB")
-    return PageSpec(plugin, page_id, title.strip(), str(path), icon if icon in PAGE_ICONS else "tool", group)
+    return PageSpec(plugin, page_id, title.strip(), str(path), icon if isinstance(icon, str) and icon in PAGE_ICONS else "tool", group)
 
 
 @dataclass(frozen=True)
@@ -287,7 +287,7 @@ def check_beat(plugin: str, name: Any, task: Any, every: Any = None, cron: Any =
         raise ContributionError(f"beat entry {name}: every must be 1 s to 31 days")
     if cron is not None and (not isinstance(cron, str) or len(cron.split()) != 5):
         raise ContributionError(f"beat entry {name}: cron must have five fields (minute hour day month weekday)")
-    if queue not in TASK_QUEUES:
+    if not isinstance(queue, str) or queue not in TASK_QUEUES:
         raise ContributionError(f"beat entry {name}: queue {queue!r} is not one of {', '.join(sorted(TASK_QUEUES))}")
     if expires is not None and (isinstance(expires, bool) or not isinstance(expires, (int, float)) or expires <= 0):
         raise ContributionError(f"beat entry {name}: expires must be a positive number of seconds")

@@ -42,7 +42,7 @@ class Subscription:
 def check_subscription(plugin: str, event: Any, function: Any) -> Subscription:
     from picobot.plugins.contributions import ContributionError
 
-    if event not in EVENTS:
+    if not isinstance(event, str) or event not in EVENTS:
         raise ContributionError(f"no event named {str(event)[:80]!r} (events: {', '.join(sorted(EVENTS))})")
     if not callable(function):
         raise ContributionError(f"subscription to {event}: not callable")
