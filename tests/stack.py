@@ -264,7 +264,7 @@ def command_here(stack: Stack, command: str, *args: str, stdin: str | None = Non
 
 def issue_token(database_url: str, name: str, kind: str = "api") -> str:
     """A paired-device token straight from the database, as `picobot pair --new-token` does."""
-    from picobot.pairing import Pairing
+    from picobot.auth.pairing import Pairing
     from picobot.storage.db import Database
 
     db = Database(database_url)

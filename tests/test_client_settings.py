@@ -147,4 +147,4 @@ def test_picobot_chat_imports_neither_the_schema_nor_the_storage(tmp_path: Path)
             "assert rc == 2, rc\nprint(*sys.modules)")
     loaded = _modules_loaded_by(code, tmp_path)
     assert "picobot.cli.chat" in loaded and "websocket" in loaded
-    assert not {"pydantic", "sqlalchemy", "picobot.config.schema", "picobot.pairing"} & loaded
+    assert not {"pydantic", "sqlalchemy", "picobot.config.schema", "picobot.auth.pairing"} & loaded

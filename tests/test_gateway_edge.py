@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from picobot.cli.embedded_redis import free_port, redis_server_binary
 from picobot.config.schema import GatewayConfig, RateLimitsConfig
 from picobot.gateway.limits import Limited, RateLimits, SocketSlot
-from picobot.pairing import MAX_FAILURES, FailureLimiter, Pairing
+from picobot.auth.pairing import MAX_FAILURES, FailureLimiter, Pairing
 from picobot.storage.db import Database
 from picobot.storage.models import InboundRow, SessionRow
 from tests.stack import Stack, WsClient, issue_token, wait_for

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "picobot"
 CORE = ("runtime", "agent", "gateway")
-CAPABILITIES = ("channels", "scheduler", "memory", "skills", "subagents", "mcp", "contrib", "titles", "budgets", "delegates", "plans", "voice", "browser", "approvals", "app")
+CAPABILITIES = ("channels", "scheduler", "memory", "skills", "subagents", "mcp", "contrib", "titles", "budgets", "delegates", "plans", "voice", "browser", "approvals", "logstream", "app")
 
 
 def _module(path: Path, root: Path) -> list[str]:

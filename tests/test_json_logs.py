@@ -22,7 +22,7 @@ SECRET = "sk-live-" + "Z9y8X7w6" * 3
 PROGRAM = r"""
 import logging, sys
 from picobot.config import load_config
-from picobot.logging_setup import setup_logging
+from picobot.logs.setup import setup_logging
 setup_logging(load_config())
 log = logging.getLogger("picobot.probe")
 log.warning("calling with key %s and\nsecond line", sys.argv[1])
@@ -118,7 +118,7 @@ def test_a_record_logged_inside_a_span_carries_its_ids_in_both_formats() -> None
 
 def test_the_log_level_is_a_levels_name() -> None:
     from picobot.errors import ConfigError
-    from picobot.log_settings import log_level
+    from picobot.logs.settings import log_level
 
     assert log_level({}) == "INFO" and log_level({"PICOBOT_LOG_LEVEL": " debug "}) == "DEBUG"
     assert log_level({"PICOBOT_LOG_LEVEL": ""}) == "INFO"

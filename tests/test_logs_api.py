@@ -274,7 +274,7 @@ def test_records_of_the_shipper_thread_itself_are_not_captured(redis_url: str) -
 def test_a_traceback_reaches_the_stream_redacted(redis_url: str) -> None:
     import redis
 
-    from picobot.logging_setup import RedactingFilter
+    from picobot.logs.setup import RedactingFilter
 
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     logger, handler = _handler(redis_url)

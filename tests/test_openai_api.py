@@ -258,7 +258,7 @@ def test_apikeys_cli_creates_lists_and_revokes_storing_only_hashes(stack: Stack)
 
 
 def test_api_keys_core_on_each_database(db_url: str) -> None:
-    from picobot.apikeys import ApiKeyError, ApiKeys
+    from picobot.auth.apikeys import ApiKeyError, ApiKeys
 
     db = Database(db_url)
     try:

@@ -16,7 +16,9 @@ import httpx
 import pytest
 import websocket
 
-from picobot.pairing import CODE_TTL_SECS, TOUCH_EVERY_SECS, Pairing, cli_token_path, display_code
+from picobot.auth.pairing import CODE_TTL_SECS, Pairing, display_code
+from picobot.auth.token_file import cli_token_path
+from picobot.auth.tokens import TOUCH_EVERY_SECS
 from picobot.storage.db import Database
 from tests.stack import API_KEY, Stack
 from tests.http_client import HTTP
@@ -285,8 +287,8 @@ def test_revoking_a_device_hangs_up_its_open_socket(stack: Stack) -> None:
 
 def test_a_token_never_starts_with_a_dash() -> None:
     """`picobot chat --token <token>` would read a token starting with "-" as an option (1 in 64 did)."""
-    from picobot.pairing import new_token
+    from picobot.auth.tokens import new_secret
 
-    tokens = [new_token() for _ in range(3000)]
+    tokens = [new_secret() for _ in range(3000)]
     assert not [t for t in tokens if t.startswith("-")]
     assert len(set(tokens)) == len(tokens) and all(len(t) >= 43 for t in tokens)

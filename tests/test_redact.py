@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import picobot.config.secrets as config_secrets
-import picobot.logging_setup as logging_setup
+import picobot.logs.setup as logging_setup
 import picobot.tools.registry as tool_registry
 from picobot.providers._common import REDACTED, Redactor
 from picobot.security import redact as one

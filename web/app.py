@@ -11,7 +11,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from picobot.config import Config, apply_dotenv, load_config, picobot_home
 from picobot.gateway.limits import RateLimits
-from picobot.logging_setup import setup_logging
+from picobot.logs.setup import setup_logging
 from picobot.app import App as Runtime, build_runtime
 from web.hub import EventHub, OutboxLimits
 

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, redirect, request
 from werkzeug.wrappers import Response as BaseResponse
 
-from picobot.pairing import ALPHABET, CODE_LEN, Device, FailureLimiter, Pairing, display_code, normalize_code
+from picobot.auth.pairing import ALPHABET, CODE_LEN, Device, FailureLimiter, Pairing, display_code, normalize_code
 from picobot.app import App as Runtime
 from web.ui import render_pair_page
 

@@ -18,7 +18,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from picobot.apikeys import ApiKeys, looks_like_key
+from picobot.auth.apikeys import ApiKeys, looks_like_key
 from picobot.app import App as Runtime
 from picobot.gateway.intake import Gateway
 from picobot.openai_api import chunks, service

@@ -4,7 +4,7 @@ import logging
 from pathlib import Path
 
 from picobot.config import apply_dotenv, load_config, picobot_home
-from picobot.logging_setup import setup_logging
+from picobot.logs.setup import setup_logging
 from worker.celery_app import make_celery
 
 # Celery's two INFO lines per task ("Task … received", "… succeeded in"): two records per turn through the

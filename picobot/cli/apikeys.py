@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported when `apikeys` runs: every command builds this parser, and SQL is slow to import
-    from picobot.apikeys import ApiKeys
+    from picobot.auth.apikeys import ApiKeys
     from picobot.config import Config
 
 
@@ -18,7 +18,7 @@ def _when(ts: float | None) -> str:
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
-    from picobot.apikeys import ApiKeys
+    from picobot.auth.apikeys import ApiKeys
     from picobot.storage.db import Database
 
     db = Database(config.database_url)
@@ -39,7 +39,7 @@ def run(config: Config, args: argparse.Namespace) -> int:
 
 
 def _create(config: Config, keys: ApiKeys, args: argparse.Namespace) -> int:
-    from picobot.apikeys import ApiKeyError
+    from picobot.auth.apikeys import ApiKeyError
     from picobot.openai_api.models import agent_of, model_of
 
     agent = agent_of(config, args.agent) if args.agent else "default"

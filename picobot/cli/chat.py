@@ -149,12 +149,12 @@ def _has_local_database(config: Any) -> bool:
 
 def _local_token(config: Any) -> str:
     """The terminal's stored token; the pairing stack (SQL) is imported only to issue the first one."""
-    from picobot.token_file import read_cli_token
+    from picobot.auth.token_file import read_cli_token
 
     token = read_cli_token(config.home)
     if token:
         return token
-    from picobot.pairing import local_cli_token
+    from picobot.auth.pairing import local_cli_token
 
     return local_cli_token(config)
 
@@ -182,7 +182,7 @@ def connect_paired(settings: Any, url: str, chat_id: str, token: str | None, rea
     if not _has_local_database(settings):
         raise PermissionError(NOT_PAIRED)
     # Our token was revoked or the database was replaced: pair again, once.
-    from picobot.pairing import local_cli_token
+    from picobot.auth.pairing import local_cli_token
 
     client = _connect(url, chat_id, local_cli_token(settings, renew=True), ready_timeout)
     if client is None:

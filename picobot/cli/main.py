@@ -52,7 +52,7 @@ def _process_config() -> Config:
     """The config of a long-running process (web, worker, beat, flower, up), with the logging settings of the
     environment checked too: a bad PICOBOT_LOG_LEVEL or PICOBOT_LOG_FORMAT is one line and exit 2 here, not a
     traceback from inside gunicorn or Celery."""
-    from picobot.log_settings import check_logging_environment
+    from picobot.logs.settings import check_logging_environment
 
     config = _config()
     check_logging_environment(config)

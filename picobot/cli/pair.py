@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported when `pair` runs: every command builds this parser, and SQL is slow to import
     from picobot.config import Config
-    from picobot.pairing import Pairing
+    from picobot.auth.pairing import Pairing
 
 
 def _when(ts: float | None) -> str:
@@ -18,7 +18,7 @@ def _when(ts: float | None) -> str:
 
 
 def run(config: Config, args: argparse.Namespace) -> int:
-    from picobot.pairing import Pairing, pairing_url
+    from picobot.auth.pairing import Pairing, pairing_url
     from picobot.storage.db import Database
 
     db = Database(config.database_url)

@@ -87,7 +87,7 @@ def run(config: "Config", args: argparse.Namespace) -> int:
 def serve(config: "Config", target: str, queue: Any) -> int:
     """Run one plugin process until SIGTERM or Ctrl-C (worker/commands.py, with the task queue)."""
     from picobot.app import build_runtime
-    from picobot.logging_setup import setup_logging
+    from picobot.logs.setup import setup_logging
     from picobot.runtime.plugin_ports import ports_for
     from picobot.runtime.processes import serve as serve_process
 

@@ -338,7 +338,7 @@ def _pairing_line(config: Config, db: Any) -> str:
     """A ready-to-open pairing URL for this browser session (a fresh one-time code)."""
     if not config.gateway.pairing_required:
         return "  web UI: open to anyone who can reach it (gateway.pairing_required is false)"
-    from picobot.pairing import Pairing, pairing_url
+    from picobot.auth.pairing import Pairing, pairing_url
 
     code = Pairing(db).new_code()
     return (f"  pair this browser (one-time code {code.display}, 10 minutes): {pairing_url(config, code.code)}\n"

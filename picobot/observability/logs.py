@@ -1,6 +1,6 @@
 """Log line formats: `text` (the default) and `json` (one object a line), and the trace-id filter.
 
-The redacting filter (picobot/logging_setup.py) runs first on the handler, so what these format is
+The redacting filter (picobot/logs/setup.py) runs first on the handler, so what these format is
 already masked: the message, and the traceback in `exc_text`.
 """
 

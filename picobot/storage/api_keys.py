@@ -1,6 +1,6 @@
 """Rows of API keys for the OpenAI-compatible endpoint, by their SHA-256 only.
 
-The plaintext of a key never reaches this module; picobot.apikeys hashes first.
+The plaintext of a key never reaches this module; picobot.auth.apikeys hashes first.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Rows of device pairing: one-time codes and device tokens, by their SHA-256 only.
 
-The plaintext of a code or a token never reaches this module; picobot.pairing hashes first.
+The plaintext of a code or a token never reaches this module; picobot.auth.pairing hashes first.
 """
 
 from __future__ import annotations

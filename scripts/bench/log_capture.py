@@ -34,7 +34,7 @@ def _logger(handlers: list[logging.Handler]) -> logging.Logger:
 
 
 def _stderr_handler(secrets: set[str]) -> logging.Handler:
-    from picobot.logging_setup import RedactingFilter
+    from picobot.logs.setup import RedactingFilter
 
     handler = logging.StreamHandler(open("/dev/null", "w"))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -43,7 +43,7 @@ def _stderr_handler(secrets: set[str]) -> logging.Handler:
 
 
 def _capture(url: str, secrets: set[str], **kw: Any) -> Any:
-    from picobot.logging_setup import RedactingFilter
+    from picobot.logs.setup import RedactingFilter
     from picobot.logstream.capture import CaptureHandler, CaptureSettings
     from picobot.logstream.process import ProcessLabel
 

@@ -26,7 +26,7 @@ PHASES: list[tuple[str, str]] = [
     ("worker: Celery task events (publish)", "celery/events/"),
     ("turn: drain loop (elsewhere)", "drain_session (picobot/runtime/turn_runner.py"),
     ("logging (records, redacting filter, handlers)", "logging/__init__.py"),
-    ("logging (records, redacting filter, handlers)", "picobot/logging_setup.py"),
+    ("logging (records, redacting filter, handlers)", "picobot/logs/setup.py"),
     ("logging (records, redacting filter, handlers)", "picobot/logstream/"),
     ("turn: placement route (SQL)", "route (picobot/runtime/placement.py"),
     ("turn: lease (Redis)", "picobot/coord/lease.py"),

@@ -75,7 +75,7 @@ def seed_dialog(database_url: str) -> str:
 
 
 def issue_token(database_url: str) -> str:
-    from picobot.pairing import Pairing
+    from picobot.auth.pairing import Pairing
     from picobot.storage.db import Database
 
     db = Database(database_url)

@@ -1,31 +1,27 @@
 """API keys for the OpenAI-compatible endpoint (`/v1`): named, scoped to one agent, hashed at rest.
 
 `picobot apikeys create NAME [--agent A]` prints a key once; the database keeps only its SHA-256
-(like device tokens, picobot.pairing), so a copy of the database lets nobody in. A key opens
+(as device tokens are: picobot/auth/tokens.py), so a copy of the database lets nobody in. A key opens
 only `/v1` and only its agent's model; a paired device token opens `/v1` for every agent.
 """
 
 from __future__ import annotations
 
 import re
-import secrets
-import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
 
-from picobot.pairing import TOUCH_EVERY_SECS, digest
+from picobot.auth.tokens import clock, digest, is_stale, new_id, new_secret, presentable
 from picobot.storage import api_keys as store
 
 if TYPE_CHECKING:
     from picobot.storage.db import Database
 
 KEY_PREFIX = "pbk_"
-KEY_BYTES = 32
 SHOWN_CHARS = 8  # "pbk_" and 4 random characters: enough to tell keys apart in a list, useless to guess with
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-MAX_KEY_CHARS = 256
 
 
 class ApiKeyError(ValueError):
@@ -57,6 +53,10 @@ def _key(row: Any) -> ApiKey:
                   last_used_at=row.last_used_at, revoked_at=row.revoked_at)
 
 
+def _taken(name: str) -> ApiKeyError:
+    return ApiKeyError(f"a live key named {name!r} exists; revoke it first or choose another name")
+
+
 def looks_like_key(token: str) -> bool:
     return token.startswith(KEY_PREFIX)
 
@@ -71,27 +71,27 @@ class ApiKeys:
         if not NAME.match(name or ""):
             raise ApiKeyError(f"a key name is 1-64 letters, digits, '_', '.' or '-', starting with a letter or "
                               f"digit; got {name[:80]!r}")
-        now = time.time() if now is None else now
-        key = KEY_PREFIX + secrets.token_urlsafe(KEY_BYTES)
+        now = clock(now)
+        key = new_secret(KEY_PREFIX)
         try:
             with self.db.write() as s:
                 if store.live_by_name(s, name) is not None:
-                    raise ApiKeyError(f"a live key named {name!r} exists; revoke it first or choose another name")
-                row = store.add(s, "key_" + secrets.token_hex(6), name, digest(key), key[:SHOWN_CHARS], agent, now)
+                    raise _taken(name)
+                row = store.add(s, new_id("key_", 6), name, digest(key), key[:SHOWN_CHARS], agent, now)
                 return IssuedKey(key, _key(row))
         except IntegrityError:  # a racing create of the same name won
-            raise ApiKeyError(f"a live key named {name!r} exists; revoke it first or choose another name") from None
+            raise _taken(name) from None
 
     def verify(self, token: str | None, now: float | None = None) -> ApiKey | None:
-        if not token or len(token) > MAX_KEY_CHARS or not looks_like_key(token):
+        if not presentable(token, KEY_PREFIX):
             return None
-        now = time.time() if now is None else now
+        now = clock(now)
         with self.db.connect() as conn:
             row = store.find_live(conn, digest(token))
         if row is None:
             return None
         key = _key(row)
-        if key.last_used_at is None or now - key.last_used_at > TOUCH_EVERY_SECS:
+        if is_stale(key.last_used_at, now):
             with self.db.write() as s:
                 store.touch(s, key.id, now)
         return key
@@ -102,4 +102,4 @@ class ApiKeys:
 
     def revoke(self, name: str, now: float | None = None) -> bool:
         with self.db.write() as s:
-            return store.revoke(s, name, time.time() if now is None else now)
+            return store.revoke(s, name, clock(now))

@@ -11,19 +11,15 @@ database, so it issues itself a token and keeps it in <home>/cli/token (mode 060
 
 from __future__ import annotations
 
-import hashlib
-import os
 import secrets
 import socket
-import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
+from picobot.auth.token_file import cli_token_path, locked, read_cli_token, write_private
+from picobot.auth.tokens import clock, digest, is_stale, new_id, new_secret, presentable
 from picobot.coord import keys
 from picobot.storage import pairing as store
-from picobot.token_file import cli_token_path
 
 if TYPE_CHECKING:
     import redis
@@ -35,15 +31,9 @@ if TYPE_CHECKING:
 ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 CODE_LEN = 8  # 31**8 ≈ 8.5e11; with 5 tries per 5 min per address, guessing is hopeless
 CODE_TTL_SECS = 600
-TOKEN_BYTES = 32
-TOUCH_EVERY_SECS = 60  # last_used_at is refreshed at most this often (one write, not one per request)
 MAX_FAILURES = 5
 FAILURE_WINDOW_SECS = 300
 KINDS = ("browser", "cli", "api")
-
-
-def digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
 def normalize_code(text: str) -> str:
@@ -89,13 +79,6 @@ def _device(row: Any) -> Device:
                   last_used_at=row.last_used_at, revoked_at=row.revoked_at)
 
 
-def new_token() -> str:
-    """A device token that never starts with "-": `picobot chat --token <token>` would take it for an option."""
-    while (token := secrets.token_urlsafe(TOKEN_BYTES)).startswith("-"):
-        pass
-    return token
-
-
 class Pairing:
     """Codes and tokens against the database. Stateless apart from `db`; `now` is injectable for tests."""
 
@@ -104,7 +87,7 @@ class Pairing:
         self.code_ttl = code_ttl
 
     def new_code(self, now: float | None = None) -> IssuedCode:
-        now = time.time() if now is None else now
+        now = clock(now)
         code = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LEN))
         with self.db.write() as s:
             store.purge_codes(s, now)
@@ -116,7 +99,7 @@ class Pairing:
         code = normalize_code(code)
         if len(code) != CODE_LEN or any(ch not in ALPHABET for ch in code):
             return None
-        now = time.time() if now is None else now
+        now = clock(now)
         with self.db.write() as s:
             if not store.consume_code(s, digest(code), now):
                 return None
@@ -125,25 +108,25 @@ class Pairing:
     def issue_token(self, name: str, kind: str = "cli", now: float | None = None) -> IssuedToken:
         """A token without a code: for callers that already have the database (the local CLI)."""
         with self.db.write() as s:
-            return self._issue(s, name, kind, time.time() if now is None else now)
+            return self._issue(s, name, kind, clock(now))
 
     def _issue(self, s: Any, name: str, kind: str, now: float) -> IssuedToken:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}")
-        token = new_token()
-        row = store.add_device(s, "dev_" + secrets.token_hex(5), digest(token), name or kind, kind, now)
+        token = new_secret()
+        row = store.add_device(s, new_id("dev_", 5), digest(token), name or kind, kind, now)
         return IssuedToken(token, _device(row))
 
     def verify(self, token: str | None, now: float | None = None) -> Device | None:
-        if not token or len(token) > 256:
+        if not presentable(token):
             return None
-        now = time.time() if now is None else now
+        now = clock(now)
         with self.db.read() as s:
             row = store.find_live(s, digest(token))
             if row is None:
                 return None
             device = _device(row)
-        if device.last_used_at is None or now - device.last_used_at > TOUCH_EVERY_SECS:
+        if is_stale(device.last_used_at, now):
             with self.db.write() as s:
                 store.touch(s, device.id, now)
         return device
@@ -154,7 +137,7 @@ class Pairing:
 
     def revoke(self, device_id: str, now: float | None = None) -> bool:
         with self.db.write() as s:
-            return store.revoke(s, device_id, time.time() if now is None else now)
+            return store.revoke(s, device_id, clock(now))
 
 
 class FailureLimiter:
@@ -204,29 +187,6 @@ def pairing_url(config: "Config", code: str) -> str:
     return f"{base_url(config)}/pair?code={code}"
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    # Two terminals started at once must not both issue a token (one would be orphaned).
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _write_private(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
-
-
 def local_cli_token(config: "Config", renew: bool = False) -> str:
     """The terminal's token on the server machine, issued through the database on first use.
 
@@ -235,16 +195,14 @@ def local_cli_token(config: "Config", renew: bool = False) -> str:
     from picobot.storage.db import Database
 
     path = cli_token_path(config.home)
-    with _locked(path):
-        if path.exists() and not renew:
-            token = path.read_text().strip()
-            if token:
-                return token
+    with locked(path):
+        if not renew and (token := read_cli_token(config.home)):
+            return token
         db = Database(config.database_url)
         try:
             db.migrate()  # idempotent; the chat client may run before the gateway ever did
             issued = Pairing(db).issue_token(f"terminal on {socket.gethostname()}", kind="cli")
         finally:
             db.dispose()
-        _write_private(path, issued.token + "\n")
+        write_private(path, issued.token + "\n")
         return issued.token

@@ -1,7 +1,7 @@
 """The logging settings a process reads from its environment and config, checked before it starts.
 
 Light on purpose: `picobot web|worker|beat|up` check them before starting anything (a bad value is one
-line and exit 2), without importing the logging machinery itself (picobot/logging_setup.py).
+line and exit 2), without importing the logging machinery itself (picobot/logs/setup.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import sys
 
 from picobot.config import Config
 from picobot.config.secrets import secret_values
-from picobot.log_settings import log_format, log_level
+from picobot.logs.settings import log_format, log_level
 from picobot.observability.logs import TraceContextFilter, formatter
 from picobot.logstream.capture import install_capture
 from picobot.security.redact import redact
