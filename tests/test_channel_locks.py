@@ -20,13 +20,14 @@ import redis
 
 from picobot.app import App as Runtime, build_runtime
 from picobot.channels.base import Delivery
-from picobot.channels.feishu import cards
+from picobot.channels.feishu import cards, keys as feishu_keys
 from picobot.channels.feishu.adapter import CARD_WAIT_SECS, FeishuAdapter, card_key
 from picobot.channels.feishu.live import FeishuLive
+from picobot.channels.telegram import keys as telegram_keys
 from picobot.channels.telegram.adapter import LIVE_WAIT_SECS
 from picobot.channels.telegram.live import MIN_EDIT_INTERVAL, TelegramLive
 from picobot.config import Config
-from picobot.coord import Lease, keys
+from picobot.coord import Lease
 from scripts.fake_feishu import FakeFeishu
 from scripts.fake_telegram import FakeTelegram
 from tests.telegram_fake import add_delivery, fake_tg, make_rt  # noqa: F401 (fixtures)
@@ -113,7 +114,7 @@ def test_feishu_answer_goes_into_the_card_and_leaves_a_lock_it_could_not_take(
     message_id = adapter.api.reply("om_q", "interactive", cards.card_message(card_id), "u-live-card")
     turn_id = uuid.uuid4().hex
     r.set(card_key(turn_id), json.dumps({"card_id": card_id, "message_id": message_id}), ex=3600)
-    holder = other_holder(r, keys.feishu_card_lock(card_id))
+    holder = other_holder(r, feishu_keys.card_lock(card_id))
     d = Delivery(id=1, channel="feishu", chat_id="oc_l", kind="reply", idempotency_key=f"d-{turn_id[:12]}",
                  payload={"text": "The answer", "format": "markdown", "reply_to": "om_q", "turn_id": turn_id},
                  attempts=0)
@@ -131,8 +132,8 @@ def test_telegram_answer_is_edited_in_and_leaves_a_lock_it_could_not_take(fake_t
     adapter, r = rt.channels.adapter("telegram"), rt.redis
     live_id = adapter.api.send_message(str(CHAT), "Thinking about", html=True, reply_to=None)
     turn_id = uuid.uuid4().hex
-    r.set(keys.telegram_live(turn_id), json.dumps({"message_id": live_id, "final": False}), ex=3600)
-    holder = other_holder(r, keys.telegram_live_lock(turn_id))
+    r.set(telegram_keys.live(turn_id), json.dumps({"message_id": live_id, "final": False}), ex=3600)
+    holder = other_holder(r, telegram_keys.live_lock(turn_id))
     result, waited = timed(lambda: adapter.deliver(add_delivery(rt, CHAT, "The **final** answer",
                                                                 turn_id=turn_id)))
     assert waited >= LIVE_WAIT_SECS  # it waited for the lock, then edited the answer in anyway
@@ -161,7 +162,7 @@ def test_feishu_progress_leaves_the_card_lock_another_took_while_it_ran(
     live.turn_started("oc_l", "om_q", turn_id)
     live.snapshot("oc_l", turn_id, text_snapshot("so far"))  # creates the streaming card
     [card_id] = fake_feishu.cards
-    lock_key, holders = keys.feishu_card_lock(card_id), []
+    lock_key, holders = feishu_keys.card_lock(card_id), []
 
     def slow(groups: tuple[str, ...], builtin: Callable[..., Any]) -> Callable[..., Any]:
         def serve(query: dict[str, str], headers: dict[str, str], raw: bytes) -> tuple[int, dict, bytes]:
@@ -205,7 +206,7 @@ def test_telegram_progress_edit_leaves_the_lock_another_took_while_it_ran(fake_t
             while fake_tg.held < 1:  # the edit is in flight, holding the lock
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
-            taken_meanwhile(r, keys.telegram_live_lock(turn_id), holders)
+            taken_meanwhile(r, telegram_keys.live_lock(turn_id), holders)
         finally:
             fake_tg.hold(False)
             editing.join(timeout=10)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from picobot.coord import keys
+from picobot.approvals import keys
 from picobot.domain.scope import SOCKET_CHANNELS
 from picobot.runtime.session_messages import send_to_chat
 from picobot.security.redact import mask_text, redact

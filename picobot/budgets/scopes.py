@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from picobot.coord.keys import BUDGET_PREFIX
+from picobot.budgets.keys import BUDGET_PREFIX
 from picobot.storage import usage
 from picobot.budgets.counters import Counter
 

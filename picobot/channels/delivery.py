@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from picobot.channels import keys
 from picobot.channels.base import Delivery, DeliveryError
 from picobot.channels.registry import ChannelError
-from picobot.coord import KeptLease, keys
+from picobot.coord import KeptLease
 from picobot.security.redact import redact
 from picobot.storage import outbox
 

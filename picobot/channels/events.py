@@ -12,9 +12,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from picobot.channels import outbound
+from picobot.channels import keys, outbound
 from picobot.config.access import allowed
-from picobot.coord import Lease, keys
+from picobot.coord import Lease
 from picobot.security.redact import redact
 from picobot.storage import channel_events as store
 from picobot.storage import outbox

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from picobot.coord import keys
+from picobot.channels import keys
 from picobot.runtime.publisher import follow_events
 from picobot.storage.models import InboundRow, SessionRow
 from picobot.threadpool import watchdog

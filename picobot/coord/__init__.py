@@ -1,6 +1,6 @@
-"""Coordination through Redis, below everything that needs it: leases and the names of all keys.
+"""Coordination through Redis, below everything that needs it: leases and the names of the kernel's keys.
 
-    keys.py   every Redis key, prefix and channel name
+    keys.py   every Redis key, prefix and channel name of the kernel (capabilities keep theirs)
     lease.py  Lease (SET NX PX, a bounded wait to take it, token-checked renew and release)
               and KeptLease (renewed by a thread)
 

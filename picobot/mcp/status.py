@@ -14,7 +14,7 @@ from typing import Any
 import redis
 
 from picobot.config.schema import Config
-from picobot.coord import keys
+from picobot.mcp import keys
 from picobot.runtime.heartbeat import TTL_SECS
 
 UNKNOWN = "unknown"  # configured and active, but no live worker has reported it
@@ -23,7 +23,7 @@ UNKNOWN = "unknown"  # configured and active, but no live worker has reported it
 def publish(r: redis.Redis, worker: str, statuses: list[dict[str, Any]]) -> None:
     if not statuses:
         return  # a worker without MCP servers writes nothing
-    key = keys.MCP_PREFIX + worker
+    key = keys.STATUS_PREFIX + worker
     pipe = r.pipeline(transaction=True)
     pipe.delete(key)
     pipe.hset(key, mapping={s["key"]: json.dumps(s) for s in statuses})
@@ -34,8 +34,8 @@ def publish(r: redis.Redis, worker: str, statuses: list[dict[str, Any]]) -> None
 def read(r: redis.Redis) -> dict[str, dict[str, dict[str, Any]]]:
     """{worker: {server key: state}} of every live worker that has MCP servers."""
     found: dict[str, dict[str, dict[str, Any]]] = {}
-    for redis_key in r.scan_iter(match=keys.MCP_PREFIX + "*", count=100):
-        worker = str(redis_key)[len(keys.MCP_PREFIX):]
+    for redis_key in r.scan_iter(match=keys.STATUS_PREFIX + "*", count=100):
+        worker = str(redis_key)[len(keys.STATUS_PREFIX):]
         states: dict[str, dict[str, Any]] = {}
         for server, raw in r.hgetall(redis_key).items():
             try:

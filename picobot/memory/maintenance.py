@@ -28,12 +28,12 @@ from picobot.agent.managed_block import scope_section
 from picobot.agent.metered import metered
 from picobot.agent.stream import pump
 from picobot.config.schema import ResolvedAgent
-from picobot.coord import Lease, keys
+from picobot.coord import Lease
 from picobot.domain.cancel import CancelToken
 from picobot.domain.messages import text_of
 from picobot.errors import (ConfigError, MemoryRejected, ModelCallRefused, ProviderError, ProviderUnavailable,
                             TurnCancelled)
-from picobot.memory import maintenance_plan as plans
+from picobot.memory import keys, maintenance_plan as plans
 from picobot.memory.model import MAX_KEY, MAX_NAMESPACE, Memory, clean_text
 from picobot.plugins.types import StageContext
 from picobot.providers.base import ChatRequest, Completed
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("picobot.memory.maintenance")
 
-LOCK_KEY = keys.MEMORY_MAINTENANCE_LOCK
+LOCK_KEY = keys.MAINTENANCE_LOCK
 LOCK_MARGIN_SECS = 60  # beyond one scope's model call: reading, writing, AGENT.md
 IDLE_MARGIN_SECS = 5  # the stream's idle limit past the maintenance timeout, which the watchdog enforces
 PAGE = 100  # MemoryStore.list's largest page

@@ -15,8 +15,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from picobot.coord import keys
-from picobot.observability import publish, tracing
+from picobot.observability import keys, publish, tracing
 from picobot.observability.metrics import Metrics
 from picobot.plugins import hookimpl
 

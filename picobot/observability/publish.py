@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from picobot.coord import keys
+from picobot.observability import keys
 
 STALE_AFTER = 3  # publish intervals without news: that process is gone
 

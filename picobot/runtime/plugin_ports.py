@@ -2,7 +2,11 @@
 
     ports.config              the effective Config (read it; changing it changes nothing)
     ports.redis               the process's Redis client (use your own key prefix: "<plugin>:")
-    ports.settings(key)       plugins.settings.<key>, validated by the model the plugin registered
+    ports.settings(key)       plugins.settings.<key>, validated by the model the plugin registered: the values set
+                              at run time (SQL) over config.json's over the defaults, re-read every 2 s at most
+    ports.set_setting(key, name, value) / ports.unset_setting(key, name)
+                              change plugins.settings.<key>.<name> at run time (validated; every process sees it)
+    ports.list_settings(key)  the key's fields: type, default, config value, override, effective (secrets masked)
     ports.channel(key)        channels.<key> as a dict (its own keys included), or None
     ports.record_event(channel, event_key, payload)
                               store a platform event before answering the platform (a redelivery with the
@@ -27,7 +31,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from typing import TYPE_CHECKING, Any, Callable, NoReturn, Sequence
+import time
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 import redis
 from redis.client import Pipeline
@@ -42,13 +47,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("picobot.plugins")
 
 MAX_FETCH_BYTES = 64 * 1024 * 1024
+SETTINGS_TTL = 2.0  # seconds a plugin's settings are reused before SQL is read again (a change's delay)
 
 
 class PluginPorts:
     def __init__(self, rt: "Ports", plugin: str = "") -> None:
         self._rt = rt
         self.plugin = plugin
-        self._settings: dict[str, Any] = {}
+        self._settings: dict[str, tuple[float, Any, dict[str, Any]]] = {}  # key: (read at, model, overrides)
         self._lock = threading.Lock()
 
     @property
@@ -68,11 +74,53 @@ class PluginPorts:
         return self._rt.worker_name
 
     def settings(self, key: str) -> Any:
-        """plugins.settings.<key> as the registered model (defaults when absent); ConfigError when bad."""
+        """plugins.settings.<key> as the registered model: the values set at run time (SQL) over config.json's
+        over the defaults; re-read at most every SETTINGS_TTL seconds. ConfigError when bad."""
+        now = time.monotonic()
         with self._lock:
-            if key not in self._settings:
-                self._settings[key] = plugin_settings(self._rt.config, self._rt.plugins, key)
-            return self._settings[key]
+            cached = self._settings.get(key)
+        if cached is not None and now - cached[0] < SETTINGS_TTL:
+            return cached[1]
+        store = self._settings_store()
+        store.spec(key)
+        overrides = self._overrides(store, key, None if cached is None else cached[2])
+        model = store.effective(key, overrides)
+        with self._lock:
+            self._settings[key] = (now, model, overrides)
+        return model
+
+    def _overrides(self, store: Any, key: str, known: dict[str, Any] | None) -> dict[str, Any]:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            return store.overrides(key)
+        except SQLAlchemyError as exc:  # the database down (or not migrated): the last values read stand
+            log.warning("plugin settings %s: the run-time values are not readable (%s)", key, type(exc).__name__)
+            return known or {}
+
+    def set_setting(self, key: str, name: str, value: Any) -> Any:
+        """Set plugins.settings.<key>.<name> at run time (every process sees it within SETTINGS_TTL seconds);
+        the new model. ConfigError naming the key path, and nothing written, when the result does not validate."""
+        return self._settings_write(key, {name: value}, ())
+
+    def unset_setting(self, key: str, name: str) -> Any:
+        """Drop the run-time value of plugins.settings.<key>.<name> (config.json's or the default applies)."""
+        return self._settings_write(key, {}, (name,))
+
+    def list_settings(self, key: str) -> dict[str, Any]:
+        """The key's fields: type, default, config value, override, effective value; secrets masked."""
+        return self._settings_store().describe(key)
+
+    def _settings_write(self, key: str, values: dict[str, Any], unset: Sequence[str]) -> Any:
+        model = self._settings_store().update(key, values, unset, by=f"plugin:{self.plugin}")
+        with self._lock:
+            self._settings.pop(key, None)
+        return model
+
+    def _settings_store(self) -> Any:
+        from picobot.runtime.settings_store import SettingsStore
+
+        return SettingsStore(self._rt.config, self._rt.plugins, self._rt.db)
 
     def channel(self, key: str) -> dict[str, Any] | None:
         cfg = self._rt.config.channels.get(key)
@@ -190,13 +238,24 @@ class RestrictedPluginPorts(PluginPorts):
         raise refusal(self.plugin, "use the database (ports.db)", "SQL is for trusted plugins")
 
     def settings(self, key: str) -> Any:
+        self._own_settings(key, "read")
+        return super().settings(key)
+
+    def list_settings(self, key: str) -> dict[str, Any]:
+        self._own_settings(key, "list")
+        return super().list_settings(key)
+
+    def _settings_write(self, key: str, values: dict[str, Any], unset: Sequence[str]) -> Any:
+        self._own_settings(key, "change")
+        return super()._settings_write(key, values, unset)
+
+    def _own_settings(self, key: str, verb: str) -> None:
         from picobot.plugins.contributions import check_settings
 
         specs = self._rt.plugins.contributions("picobot_settings", check_settings)
         owner = next((s.plugin for s in specs if s.key == key), self.plugin)
         if owner != self.plugin:
-            raise refusal(self.plugin, f"read plugins.settings.{key}", "it reads the settings it registered")
-        return super().settings(key)
+            raise refusal(self.plugin, f"{verb} plugins.settings.{_shown(key)}", "it uses the settings it registered")
 
     def record_event(self, channel: str, event_key: str, payload: dict[str, Any]) -> tuple[int, bool]:
         cfg = self._rt.config.channels.get(channel) if isinstance(channel, str) else None
@@ -278,7 +337,7 @@ KEYS_OF: dict[str, Callable[[Sequence[Any]], Sequence[Any]]] = {
     **dict.fromkeys(("PING", "UNWATCH"), _none),
 }
 SCAN_OPTIONS = frozenset({"MATCH", "COUNT", "TYPE"})
-RESERVED_NAMESPACES = frozenset({"picobot", "redbeat"})  # PicoBot's own keys (picobot/coord/keys.py), redbeat's
+RESERVED_NAMESPACES = frozenset({"picobot", "redbeat"})  # ours (coord/keys.py, each capability's keys.py), redbeat's
 _WORD = re.compile(r"[A-Za-z]+")
 _GLOB = re.compile(r"([*?\[\\])")
 
@@ -397,8 +456,9 @@ class GuardedPipeline(_Guarded, Pipeline):
         self.guard = guard
 
 
-def plugin_settings(config: "Config", plugins: Any, key: str) -> Any:
-    """plugins.settings.<key> validated by its registered model; ConfigError naming the key path."""
+def plugin_settings(config: "Config", plugins: Any, key: str, overrides: Mapping[str, Any] | None = None) -> Any:
+    """plugins.settings.<key>, with `overrides` (the values set at run time) over it, validated by its registered
+    model; ConfigError naming the key path."""
     from pydantic import ValidationError
 
     from picobot.plugins.contributions import check_settings
@@ -406,7 +466,7 @@ def plugin_settings(config: "Config", plugins: Any, key: str) -> Any:
     spec = next((s for s in plugins.contributions("picobot_settings", check_settings) if s.key == key), None)
     if spec is None:
         raise ConfigError(f"plugins.settings.{key}", "no plugin registered settings under this key")
-    raw = config.plugins.settings.get(key) or {}
+    raw = {**(config.plugins.settings.get(key) or {}), **(overrides or {})}
     try:
         return spec.model.model_validate(raw)
     except ValidationError as exc:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select, update
 
-from picobot.coord import keys
+from picobot.scheduler import keys
 from picobot.storage.models import JobRunOutcome
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ log = logging.getLogger("picobot.scheduler")
 
 INPUT_PREFIX = "job:"
 BUDGET_EXCEEDED = JobRunOutcome.BUDGET_EXCEEDED  # the turn's status and the run's outcome
-RUN_KEY = keys.SCHEDULER_RUN_PREFIX  # + run id -> the worker running a non-agent run (liveness)
+RUN_KEY = keys.RUN_PREFIX  # + run id -> the worker running a non-agent run (liveness)
 
 
 def job_view(row: dict[str, Any] | None) -> Any:

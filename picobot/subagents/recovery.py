@@ -13,10 +13,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from picobot.coord import keys
 from picobot.runtime.heartbeat import worker_turns
 from picobot.storage import agent_runs
 from picobot.storage.models import RUN_INTERRUPTED
+from picobot.subagents import keys
 from picobot.subagents.inbox import post
 from picobot.subagents.runner import report_run
 

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> Result:
 
     from picobot.budgets.plugin import BudgetsPlugin
     from picobot.config.schema import Config
-    from picobot.coord.keys import BUDGET_PREFIX
+    from picobot.budgets.keys import BUDGET_PREFIX
     from picobot.domain.messages import ChatMessage
     from picobot.plugins.types import ModelCallView, ModelRequestView, StageContext
     from picobot.providers.base import ChatRequest, Completed

@@ -20,11 +20,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from picobot.channels.base import Capabilities, Delivery, DeliveryError, LiveHooks
-from picobot.channels.feishu import cards
+from picobot.channels.feishu import cards, keys
 from picobot.channels.feishu.api import FeishuApi, FeishuError
 from picobot.channels.feishu.config import FeishuConfig
 from picobot.channels.outbound import media_entries, read_image
-from picobot.coord import Lease, keys
+from picobot.coord import Lease
 from picobot.storage import outbox
 
 if TYPE_CHECKING:
@@ -39,9 +39,9 @@ CARD_LOCK_SECS = 10.0  # the final update's hold on the card's lock, should it d
 MAX_IMAGE_BYTES = 10 * 1024 * 1024  # Feishu's limit for an uploaded message image
 
 
-card_key = keys.feishu_card  # Redis: "pending" while the turn's card is created, then {card_id, message_id}
-card_lock_key = keys.feishu_card_lock
-card_seq_key = keys.feishu_card_seq
+card_key = keys.card  # Redis: "pending" while the turn's card is created, then {card_id, message_id}
+card_lock_key = keys.card_lock
+card_seq_key = keys.card_seq
 
 
 def part_uuid(key: str, index: int) -> str:

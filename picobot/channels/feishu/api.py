@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from picobot.coord import keys
+from picobot.channels.feishu import keys
 from picobot.errors import PicoBotError
 
 log = logging.getLogger("picobot.channels.feishu")
@@ -85,7 +85,7 @@ class FeishuApi:
 
     @property
     def _token_key(self) -> str:
-        return keys.feishu_token(self.app_id)
+        return keys.token(self.app_id)
 
     def _cached_token(self) -> str | None:
         if self._token and self._token[1] > time.monotonic():

@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from picobot.channels.feishu import cards
+from picobot.channels.feishu import cards, keys
 from picobot.channels.feishu.adapter import PARENT_GONE, card_key, card_lock_key, card_seq_key, part_uuid
 from picobot.channels.feishu.api import FeishuError
-from picobot.coord import Lease, keys
+from picobot.coord import Lease
 
 if TYPE_CHECKING:
     from picobot.channels.feishu.adapter import FeishuAdapter
@@ -33,7 +33,7 @@ PROGRESS_MAX_CHARS = 8000
 TOOL_MARKS = {"pending": "⏳", "running": "⏳", "done": "✅", "error": "❌"}
 
 
-reaction_key = keys.feishu_reaction
+reaction_key = keys.reaction
 
 
 def progress_text(snapshot: dict, max_chars: int = PROGRESS_MAX_CHARS) -> tuple[str, bool]:

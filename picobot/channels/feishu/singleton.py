@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import redis
 
-from picobot.coord import Lease, keys
+from picobot.channels.feishu import keys
+from picobot.coord import Lease
 
-feishu_lock_key = keys.feishu_ws
+feishu_lock_key = keys.ws
 
 
 class RedisLease(Lease):

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from picobot.channels.base import Capabilities, Delivery, DeliveryError, LiveHooks
 from picobot.channels.outbound import media_entries, read_image
+from picobot.channels.telegram import keys
 from picobot.channels.telegram.api import TelegramApi, TelegramError
 from picobot.channels.telegram.config import TelegramConfig
 from picobot.channels.telegram.inbound import message_id_of
 from picobot.channels.telegram.markup import to_html
 from picobot.channels.telegram.split import MAX_UNITS, split_html, split_plain, visible
-from picobot.coord import Lease, keys
+from picobot.coord import Lease
 from picobot.storage import outbox
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ class TelegramAdapter:
 
     def _live_record(self, turn_id: str) -> dict | None:
         """The turn's live message, waiting briefly for one being sent; None = there is none (and none will be)."""
-        key, r = keys.telegram_live(turn_id), self.rt.redis
+        key, r = keys.live(turn_id), self.rt.redis
         if r.set(key, "none", nx=True, ex=3600):
             return None
         deadline = time.monotonic() + LIVE_WAIT_SECS
@@ -190,9 +191,9 @@ class TelegramAdapter:
         if record is None:
             return None
         r = self.rt.redis
-        r.set(keys.telegram_live(turn_id), json.dumps({**record, "final": True}), ex=3600)  # live.py stops here
+        r.set(keys.live(turn_id), json.dumps({**record, "final": True}), ex=3600)  # live.py stops here
         # live.py holds the lock during one edit; past the wait the answer is edited in anyway
-        lock = Lease(r, keys.telegram_live_lock(turn_id), LIVE_LOCK_SECS)
+        lock = Lease(r, keys.live_lock(turn_id), LIVE_LOCK_SECS)
         lock.acquire_within(LIVE_WAIT_SECS)
         try:
             self.api.edit_message_text(chat_id, record["message_id"], part, html=True)

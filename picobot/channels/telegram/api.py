@@ -138,9 +138,9 @@ class TelegramApi:
         return dict(me)
 
     def _me_key(self) -> str:
-        from picobot.coord import keys
+        from picobot.channels.telegram import keys
 
-        return keys.telegram_me(self.bot_id)
+        return keys.me(self.bot_id)
 
     def _cached_me(self) -> dict[str, Any] | None:
         if self._redis is None:

@@ -18,10 +18,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from picobot.channels.telegram import keys
 from picobot.channels.telegram.inbound import message_id_of
 from picobot.channels.telegram.markup import to_html
 from picobot.channels.telegram.split import split_html
-from picobot.coord import Lease, keys
+from picobot.coord import Lease
 
 if TYPE_CHECKING:
     from picobot.channels.telegram.adapter import TelegramAdapter
@@ -151,7 +152,7 @@ class TelegramLive:
         return parts[0] if parts else "…"
 
     def _send_live(self, turn_id: str, turn: _Turn, text: str) -> None:
-        key = keys.telegram_live(turn_id)
+        key = keys.live(turn_id)
         if not self.r.set(key, "pending", nx=True, ex=3600):
             turn.gave_up = True  # the answer went out first
             return
@@ -168,11 +169,11 @@ class TelegramLive:
     def _edit_live(self, turn_id: str, turn: _Turn, text: str) -> None:
         # a Lease: released only while still ours, so an edit that outlasts its TTL never frees the lock the
         # answer (TelegramAdapter.deliver) took meanwhile
-        lock = Lease(self.r, keys.telegram_live_lock(turn_id), LIVE_LOCK_SECS)
+        lock = Lease(self.r, keys.live_lock(turn_id), LIVE_LOCK_SECS)
         if not lock.acquire():
             return
         try:
-            raw = self.r.get(keys.telegram_live(turn_id))
+            raw = self.r.get(keys.live(turn_id))
             try:
                 record: Any = json.loads(raw) if raw else None
             except ValueError:  # "none" / "pending"

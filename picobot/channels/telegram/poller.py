@@ -25,9 +25,9 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from picobot.channels import polling
-from picobot.channels.telegram import intake, setup, status
+from picobot.channels.telegram import intake, keys, setup, status
 from picobot.channels.telegram.api import TelegramApi, TelegramError
-from picobot.coord import KeptLease, keys
+from picobot.coord import KeptLease
 from picobot.security.redact import redact
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class Poller:
                  lease_ttl: float = LEASE_TTL_SECS, stopping: threading.Event | None = None):
         self.rt, self.cfg, self.channel = rt, cfg, channel
         self.api = TelegramApi(cfg.token, cfg.base_url, redis=rt.redis)
-        self.lease = KeptLease(rt.redis, keys.telegram_poll(self.api.bot_id), lease_ttl, renew_secs=lease_ttl / 3)
+        self.lease = KeptLease(rt.redis, keys.poll(self.api.bot_id), lease_ttl, renew_secs=lease_ttl / 3)
         self.offset: int | None = None
         self._stop = stopping if stopping is not None else threading.Event()  # a plugin process's ctx.stopping
         self._in_poll = False

@@ -11,8 +11,7 @@ import re
 import threading
 from typing import TYPE_CHECKING, Any
 
-from picobot.channels.telegram import status
-from picobot.coord import keys
+from picobot.channels.telegram import keys, status
 from picobot.security.redact import redact
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ def bot_commands(rt: Any) -> list[dict[str, str]]:
 
 def _first(rt: "ChannelPorts", api: "TelegramApi", what: str) -> bool:
     try:
-        return bool(rt.redis.set(keys.telegram_setup(api.bot_id, what), "1", nx=True, ex=300))
+        return bool(rt.redis.set(keys.setup(api.bot_id, what), "1", nx=True, ex=300))
     except Exception:
         return True
 
@@ -70,7 +69,7 @@ def register_webhook(rt: "ChannelPorts", cfg: "TelegramConfig", api: "TelegramAp
     except Exception as exc:
         error = redact(str(exc), rt.secrets)[:300]
         log.warning("telegram (%s): setWebhook failed: %s", channel, error)
-        rt.redis.delete(keys.telegram_setup(api.bot_id, "webhook"))
+        rt.redis.delete(keys.setup(api.bot_id, "webhook"))
         _status(rt, channel, state="webhook_failed", last_error=error)
         return False
     _status(rt, channel, state="webhook_set", last_error="")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from picobot.coord import keys
+from picobot.channels.telegram import keys
 
 TTL_SECS = 120  # the poller's: a dead poller's "polling" goes away by itself
 WEBHOOK_TTL_SECS = 7 * 86400
@@ -21,7 +21,7 @@ def write(r: Any, channel: str, ttl: int = TTL_SECS, **fields: Any) -> None:
     """Merge fields into the heartbeat (best effort: a Redis error is the caller's to ignore)."""
     values = {k: ("" if v is None else str(v)) for k, v in fields.items()}
     values["heartbeat_at"] = f"{time.time():.3f}"
-    key = keys.telegram_status(channel)
+    key = keys.status(channel)
     pipe = r.pipeline()
     pipe.hset(key, mapping=values)
     pipe.expire(key, ttl)
@@ -29,7 +29,7 @@ def write(r: Any, channel: str, ttl: int = TTL_SECS, **fields: Any) -> None:
 
 
 def read(r: Any, channel: str) -> dict[str, str]:
-    raw = r.hgetall(keys.telegram_status(channel)) or {}
+    raw = r.hgetall(keys.status(channel)) or {}
     return {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
             for k, v in raw.items()}
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from picobot.channels.wechat import state
-from picobot.coord import keys
+from picobot.channels.wechat import keys, state
 
 if TYPE_CHECKING:
     from picobot.channels.wechat.adapter import WeChatAdapter
@@ -28,7 +27,7 @@ class WeChatTyping:
         api = self.adapter.api()
         if ctx is None or api is None:
             return
-        r, key = self.adapter.rt.redis, keys.wechat_typing(self.adapter.name, user_id)
+        r, key = self.adapter.rt.redis, keys.typing(self.adapter.name, user_id)
         try:
             raw = r.get(key)
             ticket = raw.decode() if isinstance(raw, bytes) else raw

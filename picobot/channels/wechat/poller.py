@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from picobot.channels import polling
-from picobot.channels.wechat import creds, intake, state, status
+from picobot.channels.wechat import creds, intake, keys, state, status
 from picobot.channels.wechat.api import IlinkApi, IlinkError
-from picobot.coord import KeptLease, keys
+from picobot.coord import KeptLease
 
 if TYPE_CHECKING:
     from picobot.channels.ports import ChannelPorts
@@ -59,7 +59,7 @@ class Poller:
                  lease_ttl: float = LEASE_TTL_SECS, stopping: threading.Event | None = None):
         self.rt, self.cfg, self.channel = rt, cfg, channel
         self.cred_path: Path = cfg.credentials_path(rt.config.home)
-        self.lease = KeptLease(rt.redis, keys.wechat_poll(channel), lease_ttl, renew_secs=lease_ttl / 3)
+        self.lease = KeptLease(rt.redis, keys.poll(channel), lease_ttl, renew_secs=lease_ttl / 3)
         self._stop = stopping if stopping is not None else threading.Event()  # a plugin process's ctx.stopping
         self._in_poll = False
         self._dead_token: str | None = None  # the token iLink answered -14 for: wait for another

@@ -11,7 +11,7 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from picobot.coord import keys
+from picobot.channels.wechat import keys
 
 if TYPE_CHECKING:
     from picobot.runtime.ports import Ports
@@ -21,12 +21,12 @@ STALE_SECS = 120.0  # a poller state not refreshed this long: the poller is not 
 
 
 def set_state(r: Any, channel: str, state: str, detail: str = "") -> None:
-    r.set(keys.wechat_status(channel), json.dumps({"state": state, "detail": detail[:300], "at": time.time()}),
+    r.set(keys.status(channel), json.dumps({"state": state, "detail": detail[:300], "at": time.time()}),
           ex=24 * 3600)
 
 
 def get_state(r: Any, channel: str) -> dict[str, Any] | None:
-    raw = r.get(keys.wechat_status(channel))
+    raw = r.get(keys.status(channel))
     try:
         value = json.loads(raw) if raw else None
     except ValueError:
