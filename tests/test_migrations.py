@@ -55,10 +55,10 @@ def test_a_database_one_revision_behind_is_upgraded(db_url: str) -> None:
             command.downgrade(cfg, "-1")
             conn.commit()
             assert [r[0] for r in conn.exec_driver_sql("SELECT version_num FROM alembic_version")] != [SCHEMA_HEAD]
-            assert "approvals" not in inspect(conn).get_table_names()
+            assert "plugin_settings" not in inspect(conn).get_table_names()
         d.migrate()
         with d.engine.connect() as conn:
             assert [r[0] for r in conn.exec_driver_sql("SELECT version_num FROM alembic_version")] == [SCHEMA_HEAD]
-            assert "approvals" in inspect(conn).get_table_names()  # the newest migration's table, back
+            assert "plugin_settings" in inspect(conn).get_table_names()  # the newest migration's table, back
     finally:
         d.dispose()

@@ -107,6 +107,9 @@ def create_app(config: Config | None = None, overrides: dict[str, Any] | None = 
     from web import usage
 
     app.register_blueprint(usage.bp)  # GET /api/usage
+    from web import settings_api
+
+    app.register_blueprint(settings_api.bp)  # GET /api/settings, PATCH /api/settings/<key> (plugin settings)
     from web import webhooks
 
     webhooks.init_app(app)  # POST /hooks/<name> (signed), GET /hooks/runs/<id>, GET /api/hooks

@@ -1,4 +1,4 @@
-"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, jobs, feishu, telegram, wechat, channels, plugins, usage, agents, health, config, migrate.
+"""`picobot <command>`: up, web, worker, beat, flower, chat, pair, memory, jobs, feishu, telegram, wechat, channels, plugins, settings, usage, agents, health, config, migrate.
 
 Each command imports what it needs when it runs: `picobot chat -m` starts once per message, and
 the schema, the storage and the pairing stack would cost most of its time.
@@ -23,6 +23,7 @@ from picobot.cli.memory import add_parser as add_memory_parser
 from picobot.cli.pair import add_parser as add_pair_parser
 from picobot.cli.apikeys import add_parser as add_apikeys_parser
 from picobot.cli.plugins import add_parser as add_plugins_parser
+from picobot.cli.settings import add_parser as add_settings_parser
 from picobot.cli.usage import add_parser as add_usage_parser
 from picobot.cli.agents import add_parser as add_agents_parser
 from picobot.errors import ConfigError
@@ -249,6 +250,12 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return run(_config(), args)
 
 
+def cmd_settings(args: argparse.Namespace) -> int:
+    from picobot.cli.settings import run
+
+    return run(_config(), args)
+
+
 def cmd_usage(args: argparse.Namespace) -> int:
     from picobot.cli.usage import run
 
@@ -378,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_wechat_parser(sub).set_defaults(fn=cmd_wechat)
     add_channels_parser(sub).set_defaults(fn=cmd_channels)
     add_plugins_parser(sub).set_defaults(fn=cmd_plugins)
+    add_settings_parser(sub).set_defaults(fn=cmd_settings)
     from picobot.cli.plugin_parts import add_run_parser
 
     add_run_parser(sub).set_defaults(fn=cmd_run)

@@ -255,7 +255,8 @@ class RestrictedPluginPorts(PluginPorts):
         specs = self._rt.plugins.contributions("picobot_settings", check_settings)
         owner = next((s.plugin for s in specs if s.key == key), self.plugin)
         if owner != self.plugin:
-            raise refusal(self.plugin, f"{verb} plugins.settings.{_shown(key)}", "it uses the settings it registered")
+            shown = key[:80] if isinstance(key, str) else _shown(key)
+            raise refusal(self.plugin, f"{verb} plugins.settings.{shown}", "it uses the settings it registered")
 
     def record_event(self, channel: str, event_key: str, payload: dict[str, Any]) -> tuple[int, bool]:
         cfg = self._rt.config.channels.get(channel) if isinstance(channel, str) else None

@@ -617,3 +617,17 @@ class ApprovalRow(Base):
         Index("ix_approvals_session_created", "session_id", "created_at"),
         Index("ix_approvals_status", "status"),
     )
+
+
+class PluginSettingRow(Base):
+    """A plugin setting changed at run time: it wins over config.json's plugins.settings.<namespace>.<name>.
+
+    `value` is the JSON text of the value (validated against the plugin's model before it is written)."""
+
+    __tablename__ = "plugin_settings"
+
+    namespace: Mapped[str] = mapped_column(String(64), primary_key=True)  # the settings key a plugin registered
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)  # a field of its model
+    value: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[float] = mapped_column(Float)
+    updated_by: Mapped[str] = mapped_column(String(320), default="")  # "cli", "web:<device>", "plugin:<name>"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 # The newest migration's revision: a database already there is migrated with one query instead of alembic's
 # start-up (about half a second of CPU in every process). tests/test_migrations.py holds it to alembic's head.
-SCHEMA_HEAD = "0019"
+SCHEMA_HEAD = "0022"
 
 SQLITE_PREFIX = "sqlite:///"
 
