@@ -106,7 +106,7 @@ def parse_value(text: str) -> Any:
 def _split(path: str) -> tuple[str, str]:
     key, dot, name = path.partition(".")
     if not (key and dot and name):
-        raise ValueError(f"{path!r} is not KEY.NAME (such as qq.greeting)")
+        raise ValueError(f"{path!r} is not KEY.NAME (such as example.level)")
     return key, name
 
 
