@@ -77,8 +77,9 @@ def test_picobot_web_on_an_older_schema_migrates_before_it_serves(tmp_path: Path
     stack = Stack(tmp_path, fake_llm.url)
     db_file = stack.home / "data" / "picobot.db"
     with sqlite3.connect(db_file) as conn:
-        conn.execute("UPDATE alembic_version SET version_num = '0021'")  # before 0019, which adds approvals
+        conn.execute("UPDATE alembic_version SET version_num = '0021'")  # before 0019 (approvals) and 0022
         conn.execute("DROP TABLE approvals")
+        conn.execute("DROP TABLE plugin_settings")
     try:
         stack.start_web()
         assert sqlite_at_head(f"sqlite:///{db_file}")
